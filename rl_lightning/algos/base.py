@@ -1,0 +1,138 @@
+"""``RLModule``: what every algorithm's LightningModule shares (counters, lineage, acting interface)."""
+
+from __future__ import annotations
+
+import os
+from abc import abstractmethod
+from typing import Any, ClassVar
+
+import lightning.pytorch as pl
+import torch
+from tensordict import TensorDict
+
+from rl_lightning.envs.base import EnvSpec
+from rl_lightning.errors import ConfigError
+from rl_lightning.lineage import REVISION_KEY, PolicyRevision, check_family, weights_digest
+
+COUNTERS_KEY = "rl_counters"
+
+
+class RLModule(pl.LightningModule):
+    """Base LightningModule of rl_lightning algorithms.
+
+    Holds the RL clock (DESIGN.md §4): ``updates`` (learner updates), ``policy_version`` (bumped on every
+    weight change the actor sees) and, read from the datamodule, ``env_steps``. Checkpoints carry a
+    ``PolicyRevision``; loading one written by another algorithm family fails with a clear message.
+    Subclasses implement ``act`` (the acting policy the collector calls) and their update.
+    """
+
+    family: ClassVar[str] = ""
+
+    def __init__(self, env_spec: EnvSpec | None = None) -> None:
+        super().__init__()
+        if env_spec is None:
+            raise ConfigError(
+                f"{type(self).__name__}: env_spec is missing; run through `rl-lightning` (it links data.env_spec) "
+                "or pass env_spec=datamodule.env_spec"
+            )
+        self.env_spec = env_spec
+        self.automatic_optimization = False
+        self.updates = 0
+        self.policy_version = 0
+        self.parent_version = -1
+        self.generator = torch.Generator()
+        self._seeded = False
+
+    @abstractmethod
+    def act(
+        self, td: TensorDict, generator: torch.Generator | None = None, deterministic: bool = False
+    ) -> TensorDict:
+        """The acting policy: ``obs`` (+ ``action_mask``) in; ``action`` (+ algorithm extras) out."""
+
+    def check_config(self, datamodule: Any) -> None:  # noqa: B027 - optional hook
+        """Setup-time arithmetic between module and datamodule; raise ``ValueError`` naming the fields."""
+
+    def update(self, batch: TensorDict, optimizer: Any) -> TensorDict:
+        """One learner update on ``batch``; returns detached loss terms (used by ``FailFast.reproduce``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not expose a replayable update")
+
+    def process_rollout(self, batch: TensorDict) -> TensorDict:
+        """Hook for on-policy data: add learning targets to a fresh rollout (identity by default)."""
+        return batch
+
+    @property
+    def env_steps(self) -> int:
+        """Env steps collected so far over all ranks (the x-axis of every log)."""
+        datamodule = self.trainer.datamodule if self._trainer is not None else None
+        return int(getattr(datamodule, "env_steps", 0))
+
+    @property
+    def total_env_steps(self) -> int | None:
+        datamodule = self.trainer.datamodule if self._trainer is not None else None
+        return getattr(datamodule, "total_env_steps", None)
+
+    def setup(self, stage: str) -> None:
+        if not self._seeded:
+            seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
+            self.generator.manual_seed(seed + 7_919 * self.trainer.global_rank)
+            self._seeded = True
+
+    def on_train_start(self) -> None:
+        budget = self.total_env_steps
+        if budget is not None and self.env_steps >= budget:
+            pl.utilities.rank_zero_warn(
+                f"env-step budget already reached ({self.env_steps} >= data.total_env_steps={budget}); "
+                "nothing to train: raise data.total_env_steps to continue"
+            )
+            self.trainer.should_stop = True
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        budget = self.total_env_steps
+        if budget is not None and self.env_steps >= budget:
+            self.trainer.should_stop = True
+
+    def validation_step(self, request: Any) -> None:
+        """``rl-lightning validate``: play ``request.num_episodes`` deterministic episodes, log ``eval/*``."""
+        self._evaluate(request, "eval")
+
+    def test_step(self, request: Any) -> None:
+        """``rl-lightning test``: as ``validate``, logged under ``test/*``."""
+        self._evaluate(request, "test")
+
+    def _evaluate(self, request: Any, prefix: str) -> None:
+        from rl_lightning.evaluation import run_episodes
+
+        env = self.trainer.datamodule.env
+        seed = request.seed + 1_000 * self.trainer.global_rank
+        returns, lengths = run_episodes(self, env, request.num_episodes, self.device, seed, deterministic=True)
+        self.log_dict(
+            {f"{prefix}/episode_return": returns.mean(), f"{prefix}/episode_length": lengths.mean()},
+            sync_dist=True,
+            batch_size=request.num_episodes,
+        )
+
+    def mark_update(self) -> None:
+        """Call once per learner update, after the weights changed."""
+        self.updates += 1
+        self.policy_version += 1
+
+    def revision(self) -> PolicyRevision:
+        return PolicyRevision(self.policy_version, self.parent_version, self.family, weights_digest(self))
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[REVISION_KEY] = self.revision().to_dict()
+        checkpoint[COUNTERS_KEY] = {
+            "updates": self.updates,
+            "policy_version": self.policy_version,
+            "parent_version": self.parent_version,
+            "generator": self.generator.get_state(),
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        check_family(checkpoint, self.family)
+        counters = checkpoint[COUNTERS_KEY]
+        self.updates = int(counters["updates"])
+        self.policy_version = int(counters["policy_version"])
+        self.parent_version = self.policy_version
+        self.generator.set_state(counters["generator"])
+        self._seeded = True

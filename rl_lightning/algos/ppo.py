@@ -1,0 +1,265 @@
+"""PPO (Schulman et al., 2017) as a LightningModule: one ``training_step`` = one PPO update."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from rl_lightning import keys
+from rl_lightning.algos.base import RLModule
+from rl_lightning.envs.base import EnvSpec
+from rl_lightning.errors import ConfigError
+from rl_lightning.networks import distributions as D
+from rl_lightning.networks.mlp import flat_size, mlp
+from rl_lightning.objectives.gae import generalized_advantage_estimate
+from rl_lightning.objectives.ppo import explained_variance, ppo_loss
+
+
+class PPO(RLModule):
+    """Proximal Policy Optimisation with separate actor and critic MLPs.
+
+    Discrete envs get a masked categorical policy; continuous envs a Gaussian with a state-independent
+    log-std (actions are sampled unclipped; the env clips them to its bounds). Each ``training_step`` pulls one
+    rollout from the datamodule itself (so the collecting policy is the one being updated: lag 0), then runs
+    ``update_epochs × num_minibatches`` optimiser steps on it, and logs once.
+
+    Args:
+        env_spec: linked from ``data.env_spec`` by the CLI.
+        hidden_sizes: hidden layer widths of actor and critic.
+        activation: ``tanh``, ``relu``, ``elu`` or ``silu``.
+        lr: Adam learning rate.
+        adam_eps: Adam epsilon (1e-5 as in the PPO reference implementations).
+        anneal_lr: decay the learning rate linearly to 0 over ``data.total_env_steps``.
+        gamma: discount.
+        gae_lambda: GAE λ.
+        update_epochs: passes over each rollout.
+        num_minibatches: minibatches per pass; must divide ``num_envs × num_steps``.
+        clip_coef: PPO ratio clip ε (also the value clip range with ``clip_vloss``).
+        clip_vloss: clip the value loss around the rollout's values.
+        ent_coef: entropy bonus weight.
+        vf_coef: value loss weight.
+        max_grad_norm: global gradient-norm clip (0 disables clipping).
+        norm_adv: normalise advantages per minibatch.
+        target_kl: stop an update early once an epoch's mean approx. KL exceeds this (``None``: never).
+        init_log_std: initial log-std of the Gaussian policy (continuous envs).
+    """
+
+    family = "ppo"
+
+    def __init__(
+        self,
+        env_spec: EnvSpec | None = None,
+        hidden_sizes: tuple[int, ...] = (64, 64),
+        activation: str = "tanh",
+        lr: float = 3e-4,
+        adam_eps: float = 1e-5,
+        anneal_lr: bool = False,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        update_epochs: int = 4,
+        num_minibatches: int = 4,
+        clip_coef: float = 0.2,
+        clip_vloss: bool = False,
+        ent_coef: float = 0.0,
+        vf_coef: float = 0.5,
+        max_grad_norm: float = 0.5,
+        norm_adv: bool = True,
+        target_kl: float | None = None,
+        init_log_std: float = 0.0,
+    ) -> None:
+        super().__init__(env_spec)
+        self.save_hyperparameters()
+        _check_hparams(self.hparams)
+        spec = self.env_spec
+        obs_dim = flat_size(spec.obs_shape)
+        out_dim = spec.num_actions if spec.discrete else flat_size(spec.action_shape)
+        self.actor = mlp(obs_dim, out_dim, hidden_sizes, activation, output_gain=0.01)
+        self.critic = mlp(obs_dim, 1, hidden_sizes, activation, output_gain=1.0)
+        if not spec.discrete:
+            self.log_std = nn.Parameter(torch.full((out_dim,), float(init_log_std)))
+
+    # ----- acting -------------------------------------------------------------------------------------------
+    def _features(self, td: TensorDict) -> torch.Tensor:
+        obs = td[keys.OBS]
+        return obs.reshape(*obs.shape[: obs.dim() - len(self.env_spec.obs_shape)], -1).float()
+
+    def _logits(self, td: TensorDict, features: torch.Tensor) -> torch.Tensor:
+        return D.masked_logits(self.actor(features), td.get(keys.ACTION_MASK, None))
+
+    @torch.no_grad()
+    def act(
+        self, td: TensorDict, generator: torch.Generator | None = None, deterministic: bool = False
+    ) -> TensorDict:
+        features = self._features(td)
+        out: dict[str, torch.Tensor] = {}
+        if self.env_spec.discrete:
+            logits = self._logits(td, features)
+            action = logits.argmax(-1) if deterministic else D.categorical_sample(logits, generator)
+            out[keys.LOGPROB] = D.categorical_log_prob(logits, action)
+        else:
+            mean = self.actor(features)
+            log_std = self.log_std.expand_as(mean)
+            action = mean if deterministic else D.normal_sample(mean, log_std, generator)
+            out[keys.LOGPROB] = D.normal_log_prob(mean, log_std, action)
+        out[keys.ACTION] = action
+        if not deterministic:
+            out[keys.VALUE] = self.critic(features).squeeze(-1)
+        return TensorDict(out, batch_size=td.batch_size, device=td.device)
+
+    def evaluate_actions(self, td: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(logprob, entropy, value)`` of the stored actions under the current weights (with gradients)."""
+        features = self._features(td)
+        action = td[keys.ACTION]
+        if self.env_spec.discrete:
+            logits = self._logits(td, features)
+            logprob, entropy = D.categorical_log_prob(logits, action), D.categorical_entropy(logits)
+        else:
+            mean = self.actor(features)
+            log_std = self.log_std.expand_as(mean)
+            logprob, entropy = D.normal_log_prob(mean, log_std, action), D.normal_entropy(log_std)
+        return logprob, entropy, self.critic(features).squeeze(-1)
+
+    @torch.no_grad()
+    def process_rollout(self, batch: TensorDict) -> TensorDict:
+        """Add ``next_value`` = V(final_obs), GAE ``advantage`` and ``return`` to a ``[T, B]`` rollout."""
+        if batch.numel() == 0:
+            raise ConfigError("PPO received an empty rollout; data.num_steps and data.num_envs must be >= 1")
+        final = self.critic(self._features(TensorDict({keys.OBS: batch[keys.FINAL_OBS]}, batch.batch_size)))
+        batch[keys.NEXT_VALUE] = final.squeeze(-1)
+        advantage, value_target = generalized_advantage_estimate(
+            batch[keys.REWARD],
+            batch[keys.VALUE],
+            batch[keys.NEXT_VALUE],
+            batch[keys.TERMINATED],
+            batch[keys.TRUNCATED],
+            self.hparams.gamma,
+            self.hparams.gae_lambda,
+        )
+        batch[keys.ADVANTAGE] = advantage
+        batch[keys.RETURN] = value_target
+        return batch
+
+    # ----- learning -----------------------------------------------------------------------------------------
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, eps=self.hparams.adam_eps)
+
+    def check_config(self, datamodule: Any) -> None:
+        """Setup-time arithmetic: the rollout must split into ``num_minibatches`` equal minibatches of ≥ 2."""
+        rollout_size = int(datamodule.rollout_size)
+        n = self.hparams.num_minibatches
+        if rollout_size % n != 0 or rollout_size // n < 2:
+            raise ConfigError(
+                f"model.num_minibatches={n} does not split the rollout of data.num_envs × data.num_steps = "
+                f"{rollout_size} into equal minibatches of >= 2; choose a divisor of {rollout_size}"
+            )
+
+    def training_step(self, dataloader_iter: Iterator[Any]) -> None:
+        rollout, _, _ = next(dataloader_iter)
+        batch = rollout.batch.reshape(-1)
+        hp = self.hparams
+        optimizer = self.optimizers()
+        if hp.anneal_lr and self.total_env_steps:
+            frac = 1.0 - min(self.env_steps - batch.numel() * self.trainer.world_size, self.total_env_steps) / (
+                self.total_env_steps
+            )
+            for group in optimizer.param_groups:
+                group["lr"] = frac * hp.lr
+        stats = self.update(batch, optimizer)
+        self.mark_update()
+        self._log_update(batch, rollout.stats, stats)
+
+    def update(self, batch: TensorDict, optimizer: Any) -> TensorDict:
+        """One PPO update on a flat processed rollout: ``update_epochs × num_minibatches`` optimiser steps.
+
+        Returns the minibatch-averaged loss terms and diagnostics (detached). Works attached to a Trainer or
+        standalone (``FailFast.reproduce`` replays a failing update this way).
+        """
+        hp = self.hparams
+        size = batch.numel()
+        minibatch = size // hp.num_minibatches
+        totals: TensorDict | None = None
+        steps = 0
+        for _ in range(hp.update_epochs):
+            epoch_kl = torch.zeros((), device=self.device)
+            perm = torch.randperm(size, generator=self.generator).to(batch.device)
+            for start in range(0, size, minibatch):
+                terms = self._minibatch_step(batch[perm[start : start + minibatch]], optimizer)
+                epoch_kl += terms["approx_kl"]
+                totals = terms if totals is None else totals + terms
+                steps += 1
+            if hp.target_kl is not None:
+                mean_kl = epoch_kl / hp.num_minibatches
+                if self._trainer is not None:
+                    mean_kl = self.trainer.strategy.reduce(mean_kl, reduce_op="mean")
+                if mean_kl > hp.target_kl:  # one host sync per epoch, only with target_kl
+                    break
+        assert totals is not None
+        return totals / steps
+
+    def _minibatch_step(self, mb: TensorDict, optimizer: Any) -> TensorDict:
+        hp = self.hparams
+        logprob, entropy, value = self.evaluate_actions(mb)
+        advantage = mb[keys.ADVANTAGE]
+        if hp.norm_adv:
+            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        terms = ppo_loss(
+            logprob,
+            mb[keys.LOGPROB],
+            advantage,
+            value,
+            mb[keys.VALUE],
+            mb[keys.RETURN],
+            entropy,
+            hp.clip_coef,
+            hp.clip_vloss,
+            hp.vf_coef,
+            hp.ent_coef,
+        )
+        optimizer.zero_grad(set_to_none=True)
+        if self._trainer is not None:
+            self.manual_backward(terms["loss"])
+        else:
+            terms["loss"].backward()
+        max_norm = hp.max_grad_norm if hp.max_grad_norm > 0 else float("inf")
+        terms["grad_norm"] = torch.nn.utils.clip_grad_norm_(self.parameters(), max_norm)
+        optimizer.step()
+        return terms.detach()
+
+    def _log_update(self, batch: TensorDict, rollout_stats: dict[str, torch.Tensor], terms: TensorDict) -> None:
+        metrics: dict[str, Any] = {f"train/{k}": v for k, v in terms.items()}
+        metrics["train/explained_variance"] = explained_variance(batch[keys.VALUE], batch[keys.RETURN])
+        metrics["train/lr"] = torch.tensor(self.optimizers().param_groups[0]["lr"])
+        metrics["policy/lag"] = (self.policy_version - 1 - batch[keys.POLICY_VERSION]).max().float()
+        if not self.env_spec.discrete:
+            metrics["policy/std"] = self.log_std.detach().exp().mean()
+        for key, value in rollout_stats.items():
+            metrics[key] = value
+        metrics["env_steps"] = float(self.env_steps)
+        metrics["updates"] = float(self.updates)
+        metrics["step"] = float(self.env_steps)  # TensorBoard x-axis: env steps
+        self.last_metrics = metrics
+        self.log_dict({k: v for k, v in metrics.items() if not _is_nan(v)}, on_step=True, batch_size=1)
+
+
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() == 0 and bool(torch.isnan(value))
+
+
+def _check_hparams(hp: Any) -> None:
+    checks = [
+        ("update_epochs", hp.update_epochs >= 1, "use >= 1"),
+        ("num_minibatches", hp.num_minibatches >= 1, "use >= 1"),
+        ("lr", hp.lr > 0, "use a positive learning rate, e.g. 3e-4"),
+        ("gamma", 0.0 <= hp.gamma <= 1.0, "use a discount in [0, 1]"),
+        ("gae_lambda", 0.0 <= hp.gae_lambda <= 1.0, "use λ in [0, 1]"),
+        ("clip_coef", hp.clip_coef > 0, "use a positive clip, e.g. 0.2"),
+        ("max_grad_norm", hp.max_grad_norm >= 0, "use 0 (off) or a positive norm"),
+        ("target_kl", hp.target_kl is None or hp.target_kl > 0, "use null or a positive KL"),
+    ]
+    for name, ok, fix in checks:
+        if not ok:
+            raise ConfigError(f"model.{name}={hp[name]!r} is invalid: {fix}")

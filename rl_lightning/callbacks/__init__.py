@@ -1,0 +1,9 @@
+"""Callbacks that own every cadence of a run."""
+
+from rl_lightning.callbacks.checkpoint import RLCheckpoint
+from rl_lightning.callbacks.early_stopping import EarlyStopping
+from rl_lightning.callbacks.evaluation import Evaluation
+from rl_lightning.callbacks.fail_fast import FailFast
+from rl_lightning.callbacks.progress import EnvStepProgressBar
+
+__all__ = ["EarlyStopping", "EnvStepProgressBar", "Evaluation", "FailFast", "RLCheckpoint"]

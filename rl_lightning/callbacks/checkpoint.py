@@ -1,0 +1,76 @@
+"""``RLCheckpoint``: Lightning's ``ModelCheckpoint`` with a cadence on the RL clock (updates or env steps)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import ModelCheckpoint
+from typing_extensions import override
+
+from rl_lightning.errors import ConfigError
+
+
+class RLCheckpoint(ModelCheckpoint):
+    """Saves every ``every_n_updates`` updates or ``every_n_env_steps`` env steps, and at the end of training.
+
+    Lightning's own ``every_n_train_steps`` counts optimiser steps (``global_step``), which under PPO's many
+    optimiser steps per update (and ``target_kl`` early stops) is no stable clock. Everything else (``monitor``,
+    ``save_top_k``, ``save_last``, ``dirpath``, ``filename``) is ``ModelCheckpoint``'s. Fires in
+    ``on_train_batch_end``, after the ``Evaluation`` callback (Lightning runs checkpoint callbacks last).
+
+    Args:
+        every_n_updates: save after every this many learner updates.
+        every_n_env_steps: save each time the env-step counter crosses a multiple of this.
+        **kwargs: passed to ``ModelCheckpoint`` (not its ``every_n_*``/``train_time_interval`` triggers).
+    """
+
+    def __init__(self, every_n_updates: int | None = None, every_n_env_steps: int | None = None, **kwargs: Any):
+        if (every_n_updates is None) == (every_n_env_steps is None):
+            raise ConfigError(
+                "RLCheckpoint: set exactly one of every_n_updates or every_n_env_steps "
+                f"(got every_n_updates={every_n_updates}, every_n_env_steps={every_n_env_steps})"
+            )
+        for name in ("every_n_train_steps", "every_n_epochs", "train_time_interval"):
+            if kwargs.get(name):
+                raise ConfigError(f"RLCheckpoint: {name} is not supported; use every_n_updates or every_n_env_steps")
+        kwargs.setdefault("save_last", True)
+        super().__init__(every_n_train_steps=0, every_n_epochs=0, **kwargs)
+        self.every_n_updates = every_n_updates
+        self.every_n_env_steps = every_n_env_steps
+        self.last_saved_env_steps = 0
+
+    def should_save(self, pl_module: Any) -> bool:
+        if self.every_n_updates is not None:
+            return pl_module.updates % self.every_n_updates == 0
+        assert self.every_n_env_steps is not None
+        return pl_module.env_steps // self.every_n_env_steps > self.last_saved_env_steps // self.every_n_env_steps
+
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if self._should_skip_saving_checkpoint(trainer) or not self.should_save(pl_module):
+            return
+        self.save_now(trainer, pl_module)
+
+    @override
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        if not self._should_skip_saving_checkpoint(trainer) and pl_module.updates > 0:
+            self.save_now(trainer, pl_module)
+
+    def save_now(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        self.last_saved_env_steps = pl_module.env_steps
+        candidates = self._monitor_candidates(trainer)
+        if self.monitor is None or self.monitor in candidates:
+            self._save_topk_checkpoint(trainer, candidates)
+        self._save_last_checkpoint(trainer, candidates)
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "last_saved_env_steps": self.last_saved_env_steps}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self.last_saved_env_steps = state_dict.get("last_saved_env_steps", 0)

@@ -1,0 +1,56 @@
+"""``EnvStepProgressBar``: a tqdm bar that counts env steps against the budget and shows SPS and recent return."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import TQDMProgressBar
+from typing_extensions import override
+
+_SHOWN = {
+    "rollout/episode_return": "return",
+    "eval/episode_return": "eval",
+    "perf/env_sps": "sps",
+    "updates": "updates",
+    "train/loss": "loss",
+}
+
+
+class EnvStepProgressBar(TQDMProgressBar):
+    """Progress in env steps (total = ``data.total_env_steps``), with SPS, recent return and eval return.
+
+    The CLI installs it in place of Lightning's bar, whose total counts optimiser steps.
+
+    Args:
+        refresh_rate: redraw every this many updates.
+    """
+
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        super().on_train_epoch_start(trainer)
+        bar = self.train_progress_bar
+        bar.total = getattr(trainer.datamodule, "total_env_steps", None)
+        bar.unit = " env steps"
+        bar.set_description("Training")
+        bar.n = getattr(trainer.lightning_module, "env_steps", 0)
+
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        bar = self.train_progress_bar
+        if bar is None or bar.disable or (batch_idx + 1) % max(self.refresh_rate, 1) != 0:
+            return
+        bar.n = pl_module.env_steps
+        bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=True)
+
+    @override
+    def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, int | str | float]:
+        metrics = trainer.callback_metrics
+        shown: dict[str, int | str | float] = {}
+        for key, label in _SHOWN.items():
+            if key in metrics:
+                value = float(metrics[key])
+                shown[label] = int(value) if label in ("sps", "updates") else f"{value:.3g}"
+        return shown

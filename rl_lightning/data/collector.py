@@ -1,0 +1,103 @@
+"""The collector: steps a ``BatchedEnv`` with a module's acting policy and returns time-major transitions."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+from tensordict import TensorDict
+from torchmetrics import MeanMetric
+
+from rl_lightning import keys
+from rl_lightning.envs.base import BatchedEnv
+
+Policy = Callable[[TensorDict, torch.Generator], TensorDict]
+
+_STEP_KEYS = (keys.REWARD, keys.TERMINATED, keys.TRUNCATED, keys.FINAL_OBS)
+
+
+class Collector:
+    """Collects ``num_steps × num_envs`` transitions per call and tracks finished episodes.
+
+    Every row of a rollout holds what the agent saw (``obs``, ``is_first``, ``action_mask``), what it did
+    (the policy's outputs: ``action``, ``logprob``, ``value``...), what followed (``reward``, ``terminated``,
+    ``truncated``, ``final_obs``) and the ``policy_version`` that acted. Episode returns and lengths go into
+    torchmetrics ``MeanMetric``s, synced across ranks when read.
+
+    Args:
+        env: the batched env to step (owned by the collector from now on).
+        seed: seeds the action-sampling generator.
+    """
+
+    def __init__(self, env: BatchedEnv, seed: int = 0) -> None:
+        self.env = env
+        self.generator = torch.Generator(device=env.device)
+        self.generator.manual_seed(seed)
+        self.local_env_steps = 0
+        self._obs: TensorDict | None = None
+        device = env.device
+        self._episode_return = torch.zeros(env.num_envs, device=device)
+        self._episode_length = torch.zeros(env.num_envs, device=device)
+        self.episode_return = MeanMetric(nan_strategy="disable").to(device)
+        self.episode_length = MeanMetric(nan_strategy="disable").to(device)
+        self.last_collect_seconds = 0.0
+
+    @torch.no_grad()
+    def rollout(self, policy: Policy, num_steps: int, policy_version: int) -> TensorDict:
+        """Run ``num_steps`` batched env steps with ``policy``; returns a ``[num_steps, num_envs]`` TensorDict."""
+        start = time.perf_counter()
+        if self._obs is None:
+            self._obs = self.env.reset()
+        rows = []
+        done_flags, done_returns, done_lengths = [], [], []
+        for _ in range(num_steps):
+            obs = self._obs
+            acted = policy(obs, self.generator)
+            out = self.env.step(acted[keys.ACTION])
+            row = {**obs.to_dict(), **acted.to_dict()}
+            for key in _STEP_KEYS:
+                row[key] = out[key]
+            rows.append(row)
+            done = out[keys.TERMINATED] | out[keys.TRUNCATED]
+            self._episode_return += out[keys.REWARD]
+            self._episode_length += 1
+            done_flags.append(done)
+            done_returns.append(self._episode_return.clone())
+            done_lengths.append(self._episode_length.clone())
+            self._episode_return.masked_fill_(done, 0.0)
+            self._episode_length.masked_fill_(done, 0.0)
+            next_obs = out.select(*obs.keys(include_nested=False), strict=False)
+            next_obs[keys.IS_FIRST] = out[keys.IS_FIRST]
+            self._obs = next_obs
+        weight = torch.stack(done_flags).float()
+        self.episode_return.update(torch.stack(done_returns), weight)
+        self.episode_length.update(torch.stack(done_lengths), weight)
+        batch = _stack_rows(rows, self.env.num_envs, self.env.device)
+        batch[keys.POLICY_VERSION] = torch.full(
+            batch.batch_size, policy_version, dtype=torch.int64, device=self.env.device
+        )
+        self.local_env_steps += num_steps * self.env.num_envs
+        self.last_collect_seconds = time.perf_counter() - start
+        return batch
+
+    def episode_stats(self) -> dict[str, torch.Tensor]:
+        """Mean return/length of episodes finished since the last call (NaN if none), synced over ranks."""
+        stats = {"episode_return": self.episode_return.compute(), "episode_length": self.episode_length.compute()}
+        self.episode_return.reset()
+        self.episode_length.reset()
+        return stats
+
+    def reset_episodes(self) -> None:
+        """Forget the envs' current episodes (after a resume, the env state is not restored)."""
+        self._obs = None
+        self._episode_return.zero_()
+        self._episode_length.zero_()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _stack_rows(rows: list[dict[str, torch.Tensor]], num_envs: int, device: torch.device) -> TensorDict:
+    stacked = {key: torch.stack([row[key] for row in rows]) for key in rows[0]}
+    return TensorDict(stacked, batch_size=[len(rows), num_envs], device=device)

@@ -1,0 +1,229 @@
+"""``OnPolicyDataModule``: each ``next()`` collects one rollout with the module's current policy (PPO)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from tensordict import TensorDict
+
+from rl_lightning.data.collector import Collector
+from rl_lightning.envs.base import BatchedEnv, EnvSpec, TorchEnv
+from rl_lightning.errors import ConfigError
+
+
+@dataclass
+class Rollout:
+    """One update's worth of on-policy data.
+
+    Attributes:
+        batch: ``[num_steps, num_envs]`` transitions, with the module's ``process_rollout`` targets added.
+        stats: scalar tensors for logging (``rollout/*``, ``perf/*``), global across ranks.
+    """
+
+    batch: TensorDict
+    stats: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class OnPolicyDataModule(pl.LightningDataModule):
+    """Owns the envs and the collector of an on-policy algorithm; its iterable yields one ``Rollout`` per update.
+
+    The iterable collects lazily inside ``next()``: a module whose ``training_step`` takes ``dataloader_iter``
+    pulls the rollout itself, so the policy that collects is the one about to be updated (policy lag 0; with a
+    plain ``training_step(batch)`` Lightning's one-batch prefetch would make it one update stale).
+
+    Args:
+        env: the env core (e.g. ``rl_lightning.envs.CartPole``, or ``GymnasiumEnv`` for a Gymnasium id).
+        num_envs: parallel envs per rank.
+        num_steps: env steps per env per rollout; one rollout is ``num_steps × num_envs`` transitions per rank.
+        total_env_steps: env-step budget over all ranks; training stops once it is reached (rounded up to
+            whole rollouts).
+        seed: base seed; ``None`` takes the CLI's ``seed_everything`` value. Rank ``r`` seeds its envs with
+            ``seed + r·num_envs`` so ranks collect different trajectories.
+        device: where envs and rollouts live; ``"auto"`` follows the module's device.
+        check_env: validate every action against the action space and masks (slow, for debugging).
+        eval_episodes: episodes played by ``rl-lightning validate``/``test``.
+        eval_seed: seed of those episodes' env.
+    """
+
+    def __init__(
+        self,
+        env: TorchEnv,
+        num_envs: int = 8,
+        num_steps: int = 128,
+        total_env_steps: int = 100_000,
+        seed: int | None = None,
+        device: str = "auto",
+        check_env: bool = False,
+        eval_episodes: int = 10,
+        eval_seed: int = 12_345,
+    ) -> None:
+        super().__init__()
+        _require_positive("data.num_envs", num_envs, "set it to the number of parallel envs per rank, e.g. 8")
+        _require_positive("data.num_steps", num_steps, "set the rollout length per env, e.g. 128")
+        _require_positive("data.total_env_steps", total_env_steps, "set the env-step budget, e.g. 100000")
+        self.env = env
+        self.num_envs = num_envs
+        self.num_steps = num_steps
+        self.total_env_steps = total_env_steps
+        self.seed = seed
+        self.device = device
+        self.check_env = check_env
+        self.eval_episodes = eval_episodes
+        self.eval_seed = eval_seed
+        self.world_size = 1
+        self.collector: Collector | None = None
+        self.last_rollout: Rollout | None = None
+        self._restored: dict[str, Any] | None = None
+        self._last_update_end: float | None = None
+
+    @property
+    def env_spec(self) -> EnvSpec:
+        """Linked into the model by the CLI (``data.env_spec`` → ``model.env_spec``)."""
+        return self.env.spec
+
+    @property
+    def env_steps(self) -> int:
+        """Env steps collected so far, summed over ranks."""
+        return 0 if self.collector is None else self.collector.local_env_steps * self.world_size
+
+    @property
+    def rollout_size(self) -> int:
+        """Transitions per rank per update."""
+        return self.num_envs * self.num_steps
+
+    def setup(self, stage: str) -> None:
+        if self.collector is not None:
+            return
+        trainer = self.trainer
+        rank = trainer.global_rank if trainer is not None else 0
+        self.world_size = trainer.world_size if trainer is not None else 1
+        module = trainer.lightning_module if trainer is not None else None
+        if stage == "fit" and module is not None:
+            self.check_fit_config(module)  # before any env is built
+        device = self._resolve_device()
+        seed = self.seed if self.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
+        env = BatchedEnv(self.env, self.num_envs, device, seed=seed + rank * self.num_envs, check=self.check_env)
+        self.collector = Collector(env, seed=seed + rank * self.num_envs + 10_007)
+        if self._restored is not None:
+            self._apply_state(self._restored)
+
+    def check_fit_config(self, module: Any) -> None:
+        """Config arithmetic that would make a run fail or never optimise; raises one-line ``ValueError``s."""
+        module.check_config(self)
+        per_update = self.rollout_size * self.world_size
+        if self.total_env_steps < per_update:
+            raise ConfigError(
+                f"data.total_env_steps={self.total_env_steps} is below one update's {per_update} env steps "
+                f"(num_envs × num_steps × world_size); raise it to at least {per_update}"
+            )
+
+    def _resolve_device(self) -> torch.device:
+        if self.device != "auto":
+            return torch.device(self.device)
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        return module.device if module is not None else torch.device("cpu")
+
+    def train_dataloader(self) -> RolloutStream:
+        return RolloutStream(self)
+
+    def val_dataloader(self) -> list[EvalRequest] | EvalOnce:
+        # During fit, evaluation belongs to the Evaluation callback (keyed on env steps), not to epochs.
+        if self.trainer is not None and self.trainer.state.fn == "fit":
+            return []
+        return EvalOnce(EvalRequest(self.eval_episodes, self.eval_seed))
+
+    def test_dataloader(self) -> EvalOnce:
+        return EvalOnce(EvalRequest(self.eval_episodes, self.eval_seed))
+
+    def collect(self) -> Rollout:
+        """Collect one rollout with the attached module's acting policy and add its learning targets."""
+        if self.collector is None:
+            raise RuntimeError("OnPolicyDataModule.collect called before setup()")
+        module = self.trainer.lightning_module
+        batch = self.collector.rollout(module.act, self.num_steps, module.policy_version)
+        batch = module.process_rollout(batch)
+        now = time.perf_counter()
+        collected = self.rollout_size * self.world_size
+        stats = {f"rollout/{k}": v for k, v in self.collector.episode_stats().items()}
+        stats["perf/collect_sps"] = torch.tensor(collected / max(self.collector.last_collect_seconds, 1e-9))
+        if self._last_update_end is not None:
+            stats["perf/env_sps"] = torch.tensor(collected / max(now - self._last_update_end, 1e-9))
+        self._last_update_end = now
+        self.last_rollout = Rollout(batch, stats)
+        return self.last_rollout
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.collector is None:
+            return {}
+        return {
+            "local_env_steps": self.collector.local_env_steps,
+            "env_generator": self.collector.env.generator.get_state(),
+            "sampling_generator": self.collector.generator.get_state(),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._restored = dict(state_dict)
+        if self.collector is not None:
+            self._apply_state(self._restored)
+
+    def _apply_state(self, state: dict[str, Any]) -> None:
+        assert self.collector is not None
+        if not state:
+            return
+        self.collector.local_env_steps = int(state["local_env_steps"])
+        self.collector.env.generator.set_state(state["env_generator"])
+        self.collector.generator.set_state(state["sampling_generator"])
+        # Open episodes are not checkpointed: every env starts a fresh episode after a resume.
+        self.collector.reset_episodes()
+
+    def teardown(self, stage: str) -> None:
+        if self.collector is not None:
+            self.collector.close()
+            self.collector = None
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    """The one "batch" of ``validate``/``test``: play ``num_episodes`` episodes with env seed ``seed``."""
+
+    num_episodes: int
+    seed: int
+
+
+class EvalOnce:
+    """A one-item iterable, so Lightning's validate/test loops call ``validation_step`` exactly once."""
+
+    def __init__(self, request: EvalRequest) -> None:
+        self.request = request
+
+    def __iter__(self) -> Iterator[EvalRequest]:
+        return iter([self.request])
+
+    def __len__(self) -> int:
+        return 1
+
+
+class RolloutStream:
+    """Plain iterable over rollouts (no ``__len__``: the run length is set by env steps, not epochs)."""
+
+    def __init__(self, datamodule: OnPolicyDataModule) -> None:
+        self.datamodule = datamodule
+
+    def __iter__(self) -> Iterator[Rollout]:
+        return self
+
+    def __next__(self) -> Rollout:
+        if self.datamodule.env_steps >= self.datamodule.total_env_steps:
+            raise StopIteration
+        return self.datamodule.collect()
+
+
+def _require_positive(field_name: str, value: int, fix: str) -> None:
+    if not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{field_name}={value!r}: must be a positive integer; {fix}")

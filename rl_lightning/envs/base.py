@@ -1,0 +1,181 @@
+"""The env contract of DESIGN.md §3: a functional, batched, TensorDict-in/out core plus a stateful wrapper.
+
+A ``TorchEnv`` holds only hyper-parameters. All per-episode data lives in a ``state`` TensorDict with
+``batch_size=[n]`` so that a snapshot is ``state.clone()`` and search can expand it to any batch.
+``BatchedEnv`` wraps a core with ``num_envs``, a device, a generator and an optional check mode, and
+is what collectors and evaluators step.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+from tensordict import TensorDict
+
+from rl_lightning import keys
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What a module needs to know about an env to build its networks.
+
+    Attributes:
+        name: human-readable env name (for logs and errors).
+        obs_shape: shape of one observation.
+        discrete: True for ``Discrete(n)`` actions (int64 ``[B]``), False for boxes (float ``[B, *action_shape]``).
+        num_actions: ``n`` for discrete envs, else 0.
+        action_shape: shape of one continuous action, ``()`` for discrete envs.
+        action_low: per-dimension lower bounds of a continuous action (flattened), ``()`` for discrete.
+        action_high: per-dimension upper bounds of a continuous action (flattened), ``()`` for discrete.
+        has_action_mask: whether step/reset outputs carry ``action_mask`` (bool ``[B, n]``).
+        max_episode_steps: truncation limit (0 when the env never truncates).
+    """
+
+    name: str
+    obs_shape: tuple[int, ...]
+    discrete: bool
+    num_actions: int = 0
+    action_shape: tuple[int, ...] = ()
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
+    has_action_mask: bool = False
+    max_episode_steps: int = 0
+    obs_dtype: torch.dtype = field(default=torch.float32)
+
+
+_PHYSICS_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def physics_dtype(name: str, env: str) -> torch.dtype:
+    """Map a ``dtype`` constructor argument (``"float32"``/``"float64"``) to a torch dtype.
+
+    Raises:
+        ValueError: naming the env, the bad value and the valid choices.
+    """
+    if name not in _PHYSICS_DTYPES:
+        raise ValueError(f"{env}: dtype={name!r} is not supported; choose one of {sorted(_PHYSICS_DTYPES)}")
+    return _PHYSICS_DTYPES[name]
+
+
+class TorchEnv(ABC):
+    """Functional batched env core. Subclasses keep no per-episode data on ``self``.
+
+    Contract:
+        * ``reset_state(n, generator)`` returns a fresh ``state`` (``batch_size=[n]``) on ``generator.device``.
+        * ``observe(state)`` returns ``TensorDict(obs, [action_mask])`` for the current state.
+        * ``step_state(state, action, generator)`` returns ``(next_state, out)``; ``out`` holds ``obs``,
+          ``final_obs``, ``reward`` (float32 ``[B]``), ``terminated``/``truncated``/``is_first`` (bool ``[B]``)
+          and ``action_mask`` when the env has masks. Finished rows are reset in the same step: ``obs`` is the
+          new episode's first observation, ``final_obs`` the true last one (equal to ``obs`` on other rows).
+          With ``inplace=False`` the input ``state`` stays valid (search steps clones of it).
+        * ``release(state)`` frees external resources a state refers to (no-op for pure torch envs).
+    """
+
+    spec: EnvSpec
+
+    @abstractmethod
+    def reset_state(self, num: int, generator: torch.Generator) -> TensorDict: ...
+
+    @abstractmethod
+    def observe(self, state: TensorDict) -> TensorDict: ...
+
+    @abstractmethod
+    def step_state(
+        self, state: TensorDict, action: torch.Tensor, generator: torch.Generator, inplace: bool = False
+    ) -> tuple[TensorDict, TensorDict]: ...
+
+    def check_action(self, state: TensorDict, action: torch.Tensor) -> None:
+        """Raise ``ValueError`` naming the problem if ``action`` is outside the space or masked (check mode)."""
+        spec = self.spec
+        batch = state.batch_size[0]
+        if spec.discrete:
+            if action.shape != (batch,) or action.dtype not in (torch.int64, torch.int32):
+                raise ValueError(
+                    f"{spec.name}: action must be an int64 tensor of shape ({batch},), got {action.dtype} "
+                    f"{tuple(action.shape)}"
+                )
+            bad = (action < 0) | (action >= spec.num_actions)
+            if bool(bad.any()):
+                raise ValueError(
+                    f"{spec.name}: action {action[bad][0].item()} is outside Discrete({spec.num_actions}); "
+                    f"valid actions are 0..{spec.num_actions - 1}"
+                )
+            if spec.has_action_mask:
+                mask = self.observe(state)[keys.ACTION_MASK]
+                legal = mask.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+                if not bool(legal.all()):
+                    row = int((~legal).nonzero()[0, 0])
+                    raise ValueError(
+                        f"{spec.name}: action {int(action[row])} in env {row} is masked (illegal); "
+                        f"sample only where action_mask is True"
+                    )
+        else:
+            expected = (batch, *spec.action_shape)
+            if tuple(action.shape) != expected or not action.is_floating_point():
+                raise ValueError(
+                    f"{spec.name}: action must be a float tensor of shape {expected}, got {action.dtype} "
+                    f"{tuple(action.shape)}"
+                )
+            if not bool(torch.isfinite(action).all()):
+                raise ValueError(f"{spec.name}: action contains NaN/inf; check the policy outputs")
+
+    def release(self, state: TensorDict) -> None:  # noqa: B027 - optional hook
+        """Free external resources held by ``state`` (snapshot ids); harmless to call twice."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Free everything this env holds."""
+
+
+class BatchedEnv:
+    """Stateful ``num_envs``-wide wrapper over a ``TorchEnv`` core, used by collectors and evaluators.
+
+    Args:
+        env: the functional core.
+        num_envs: batch size.
+        device: where the state and all outputs live.
+        seed: seeds this wrapper's own generator (resets, opponents, noise).
+        check: validate every action with ``env.check_action`` (slow: host syncs; for debugging).
+    """
+
+    def __init__(
+        self, env: TorchEnv, num_envs: int, device: str | torch.device = "cpu", seed: int = 0, check: bool = False
+    ) -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs={num_envs}: must be >= 1")
+        self.env = env
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.check = check
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(seed)
+        self.state: TensorDict | None = None
+
+    @property
+    def spec(self) -> EnvSpec:
+        return self.env.spec
+
+    def reset(self) -> TensorDict:
+        """Start ``num_envs`` fresh episodes; returns ``obs`` (+ ``action_mask``) and ``is_first`` (all True)."""
+        if self.state is not None:
+            self.env.release(self.state)
+        self.state = self.env.reset_state(self.num_envs, self.generator)
+        out = self.env.observe(self.state)
+        out[keys.IS_FIRST] = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        return out
+
+    def step(self, action: torch.Tensor) -> TensorDict:
+        """Advance every env one step (same-step auto-reset); see ``TorchEnv.step_state`` for the outputs."""
+        if self.state is None:
+            raise RuntimeError("BatchedEnv.step called before reset()")
+        if self.check:
+            self.env.check_action(self.state, action)
+        self.state, out = self.env.step_state(self.state, action, self.generator, inplace=True)
+        return out
+
+    def close(self) -> None:
+        if self.state is not None:
+            self.env.release(self.state)
+            self.state = None
+        self.env.close()

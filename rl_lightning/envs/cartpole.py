@@ -1,0 +1,108 @@
+"""Batched torch-native CartPole-v1 with Gymnasium's exact dynamics, rewards and limits."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from tensordict import TensorDict
+
+from rl_lightning import keys
+from rl_lightning.envs.base import EnvSpec, TorchEnv, physics_dtype
+
+
+class CartPole(TorchEnv):
+    """Gymnasium ``CartPole-v1`` as a functional batched env (same-step auto-reset).
+
+    Euler integration of the Barto–Sutton–Anderson cart-pole; reward 1.0 on every step including the
+    terminal one; terminated when ``|x| > 2.4`` or ``|theta| > 12°``; truncated when the episode reaches
+    ``max_episode_steps`` (also on a step that terminates, like Gymnasium's ``TimeLimit``).
+
+    State keys: ``physics`` (``[B, 4]``: x, x_dot, theta, theta_dot, in ``dtype``) and ``elapsed``
+    (int64 ``[B]``, steps taken in the current episode).
+
+    Args:
+        max_episode_steps: truncation limit; 0 disables truncation.
+        dtype: precision of the internal physics, ``"float32"`` or ``"float64"`` (Gymnasium's own precision,
+            for bit-level comparisons). Observations are float32 either way.
+    """
+
+    gravity = 9.8
+    masscart = 1.0
+    masspole = 0.1
+    total_mass = masspole + masscart
+    length = 0.5  # half the pole's length
+    polemass_length = masspole * length
+    force_mag = 10.0
+    tau = 0.02
+    theta_threshold = 12 * 2 * math.pi / 360
+    x_threshold = 2.4
+
+    def __init__(self, max_episode_steps: int = 500, dtype: str = "float32") -> None:
+        if max_episode_steps < 0:
+            raise ValueError(f"CartPole: max_episode_steps={max_episode_steps} must be >= 0 (0 = never truncate)")
+        self.max_episode_steps = max_episode_steps
+        self.dtype = physics_dtype(dtype, "CartPole")
+        self.spec = EnvSpec(name="CartPole", obs_shape=(4,), discrete=True, num_actions=2,
+                            max_episode_steps=max_episode_steps)
+
+    def _initial_physics(self, num: int, generator: torch.Generator) -> torch.Tensor:
+        noise = torch.rand(num, 4, generator=generator, device=generator.device, dtype=self.dtype)
+        return noise * 0.1 - 0.05
+
+    def reset_state(self, num: int, generator: torch.Generator) -> TensorDict:
+        """Start ``num`` episodes with every state variable drawn from U(-0.05, 0.05)."""
+        physics = self._initial_physics(num, generator)
+        elapsed = torch.zeros(num, dtype=torch.int64, device=generator.device)
+        return TensorDict({"physics": physics, "elapsed": elapsed}, batch_size=[num], device=generator.device)
+
+    def observe(self, state: TensorDict) -> TensorDict:
+        """Return the float32 observation ``[x, x_dot, theta, theta_dot]``."""
+        return TensorDict({keys.OBS: state["physics"].to(torch.float32)}, batch_size=state.batch_size)
+
+    def _dynamics(self, physics: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """One Euler step, written in Gymnasium's operation order so float64 results match bit for bit."""
+        x, x_dot, theta, theta_dot = physics.unbind(-1)
+        force = torch.where(action == 1, self.force_mag, -self.force_mag).to(physics.dtype)
+        costheta = torch.cos(theta)
+        sintheta = torch.sin(theta)
+        temp = (force + self.polemass_length * theta_dot.square() * sintheta) / self.total_mass
+        thetaacc = (self.gravity * sintheta - costheta * temp) / (
+            self.length * (4.0 / 3.0 - self.masspole * costheta.square() / self.total_mass)
+        )
+        xacc = temp - self.polemass_length * thetaacc * costheta / self.total_mass
+        return torch.stack(
+            (x + self.tau * x_dot, x_dot + self.tau * xacc, theta + self.tau * theta_dot,
+             theta_dot + self.tau * thetaacc),
+            dim=-1,
+        )
+
+    def step_state(
+        self, state: TensorDict, action: torch.Tensor, generator: torch.Generator, inplace: bool = False
+    ) -> tuple[TensorDict, TensorDict]:
+        """Push the cart left (0) or right (1); see ``TorchEnv.step_state`` for the outputs."""
+        physics = self._dynamics(state["physics"], action)
+        x, theta = physics[:, 0], physics[:, 2]
+        terminated = (x.abs() > self.x_threshold) | (theta.abs() > self.theta_threshold)
+        elapsed = state["elapsed"] + 1
+        truncated = elapsed >= self.max_episode_steps if self.max_episode_steps > 0 else torch.zeros_like(terminated)
+        done = terminated | truncated
+        fresh = self._initial_physics(physics.shape[0], generator)
+        next_physics = torch.where(done.unsqueeze(-1), fresh, physics)
+        next_elapsed = torch.where(done, torch.zeros_like(elapsed), elapsed)
+        out = TensorDict(
+            {
+                keys.OBS: next_physics.to(torch.float32),
+                keys.FINAL_OBS: physics.to(torch.float32),
+                keys.REWARD: torch.ones_like(x, dtype=torch.float32),
+                keys.TERMINATED: terminated,
+                keys.TRUNCATED: truncated,
+                keys.IS_FIRST: done,
+            },
+            batch_size=state.batch_size,
+        )
+        values = {"physics": next_physics, "elapsed": next_elapsed}
+        if inplace:
+            state.update(values)
+            return state, out
+        return TensorDict(values, batch_size=state.batch_size, device=state.device), out

@@ -1,0 +1,67 @@
+"""Run whole evaluation episodes on a separate batched env: one episode per env row."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+
+from rl_lightning import keys
+from rl_lightning.envs.base import BatchedEnv, EnvSpec, TorchEnv
+
+_CHECK_EVERY = 32  # env steps between the (host-syncing) "all episodes finished?" checks
+
+
+@torch.no_grad()
+def run_episodes(
+    policy: object,
+    env: TorchEnv,
+    num_episodes: int,
+    device: torch.device,
+    seed: int,
+    deterministic: bool = True,
+    max_steps: int = 10_000,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Play the first episode of each of ``num_episodes`` env rows; returns ``(returns, lengths)``, each ``[N]``.
+
+    ``policy`` is an ``RLModule`` (its ``act``) or the string ``"random"`` for a uniform-random baseline
+    (uniform over legal actions, or over the box bounds).
+    """
+    batched = BatchedEnv(env, num_episodes, device, seed=seed)
+    generator = torch.Generator(device=device).manual_seed(seed + 1)
+    obs = batched.reset()
+    returns = torch.zeros(num_episodes, device=device)
+    lengths = torch.zeros(num_episodes, device=device)
+    running = torch.ones(num_episodes, dtype=torch.bool, device=device)
+    try:
+        for step in range(max_steps):
+            if policy == "random":
+                action = random_action(env.spec, obs, generator)
+            else:
+                action = policy.act(obs, generator, deterministic=deterministic)[keys.ACTION]  # type: ignore[attr-defined]
+            out = batched.step(action)
+            returns += out[keys.REWARD] * running
+            lengths += running.float()
+            running &= ~(out[keys.TERMINATED] | out[keys.TRUNCATED])
+            obs = out.select(*obs.keys(include_nested=False), strict=False)
+            obs[keys.IS_FIRST] = out[keys.IS_FIRST]
+            if (step + 1) % _CHECK_EVERY == 0 and not bool(running.any()):
+                break
+    finally:
+        batched.close()
+    return returns, lengths
+
+
+def random_action(spec: EnvSpec, obs: TensorDict, generator: torch.Generator) -> torch.Tensor:
+    """A uniform-random action per row (legal actions only where the env has masks)."""
+    batch = obs.batch_size[0]
+    device = obs.device
+    if spec.discrete:
+        noise = torch.rand(batch, spec.num_actions, generator=generator, device=device)
+        mask = obs.get(keys.ACTION_MASK, None)
+        if mask is not None:
+            noise = noise.masked_fill(~mask, -1.0)
+        return noise.argmax(-1)
+    low = torch.tensor(spec.action_low, device=device).reshape(spec.action_shape)
+    high = torch.tensor(spec.action_high, device=device).reshape(spec.action_shape)
+    u = torch.rand(batch, *spec.action_shape, generator=generator, device=device)
+    return low + (high - low) * u

@@ -1,0 +1,23 @@
+"""TensorDict key names shared by envs, collectors, replay and losses: one place, no typos."""
+
+from __future__ import annotations
+
+# Env outputs (DESIGN.md §3).
+OBS = "obs"  # observation the agent acts on (after an auto-reset: the new episode's first)
+FINAL_OBS = "final_obs"  # true next observation of the step (before any auto-reset), for bootstrapping
+REWARD = "reward"
+TERMINATED = "terminated"  # episode ended in an absorbing state: bootstrap value is 0
+TRUNCATED = "truncated"  # episode cut by a time limit: bootstrap from V(final_obs)
+IS_FIRST = "is_first"  # OBS starts a new episode
+ACTION_MASK = "action_mask"  # bool [..., n]; True = legal
+
+# Policy outputs.
+ACTION = "action"
+LOGPROB = "logprob"
+VALUE = "value"
+
+# Lineage and learning targets.
+POLICY_VERSION = "policy_version"
+NEXT_VALUE = "next_value"  # V(final_obs) of each step
+ADVANTAGE = "advantage"
+RETURN = "return"
