@@ -62,11 +62,14 @@ def test_reset_distribution_and_observe() -> None:
     env = CartPole()
     state = env.reset_state(1000, _gen())
     physics = state["physics"]
-    assert physics.dtype == torch.float32 and state["elapsed"].dtype == torch.int64
-    assert physics.abs().max() <= 0.05 and physics.abs().max() > 0.049
+    assert physics.dtype == torch.float32
+    assert state["elapsed"].dtype == torch.int64
+    assert physics.abs().max() <= 0.05
+    assert physics.abs().max() > 0.049
     assert physics.std(0).min() > 0.02  # uniform on (-0.05, 0.05) has std 0.029
     obs = env.observe(state)[keys.OBS]
-    assert obs.dtype == torch.float32 and obs.shape == (1000, 4)
+    assert obs.dtype == torch.float32
+    assert obs.shape == (1000, 4)
 
 
 def _state(physics: list[list[float]], elapsed: list[int]) -> TensorDict:
@@ -104,7 +107,8 @@ def test_truncation_at_500_matches_time_limit_and_resets_only_that_row() -> None
 def test_terminated_and_truncated_on_the_same_step() -> None:
     env = CartPole(dtype="float64")
     _, out = env.step_state(_state([[2.399, 1.0, 0.0, 0.0]], [499]), torch.tensor([1]), _gen())
-    assert out[keys.TERMINATED].item() and out[keys.TRUNCATED].item()
+    assert out[keys.TERMINATED].item()
+    assert out[keys.TRUNCATED].item()
     assert out[keys.REWARD].item() == 1.0
     assert out[keys.FINAL_OBS][0, 0] > 2.4
 
@@ -118,17 +122,21 @@ def test_step_is_functional_and_inplace_agrees() -> None:
     next_a, out_a = env.step_state(state.clone(), action, _gen(7))
     next_b, out_b = env.step_state(state, action, _gen(7))
     assert (state == before).all()
-    assert (out_a == out_b).all() and (next_a == next_b).all()
+    assert (out_a == out_b).all()
+    assert (next_a == next_b).all()
     next_c, out_c = env.step_state(state, action, _gen(7), inplace=True)
-    assert (out_c == out_a).all() and (next_c == next_a).all()
-    assert out_a[keys.IS_FIRST][:4].all() and not out_a[keys.IS_FIRST][4:].any()
+    assert (out_c == out_a).all()
+    assert (next_c == next_a).all()
+    assert out_a[keys.IS_FIRST][:4].all()
+    assert not out_a[keys.IS_FIRST][4:].any()
 
 
 def test_batched_env_runs_and_check_mode_rejects_bad_actions() -> None:
     env = BatchedEnv(CartPole(), num_envs=3, seed=1, check=True)
     assert env.reset()[keys.IS_FIRST].all()
     out = env.step(torch.tensor([0, 1, 0]))
-    assert out[keys.REWARD].dtype == torch.float32 and out[keys.OBS].shape == (3, 4)
+    assert out[keys.REWARD].dtype == torch.float32
+    assert out[keys.OBS].shape == (3, 4)
     with pytest.raises(ValueError, match="outside Discrete"):
         env.step(torch.tensor([0, 2, 0]))
     with pytest.raises(ValueError, match="dtype"):
@@ -142,6 +150,7 @@ def test_cuda_matches_cpu() -> None:
     action = torch.randint(0, 2, (64,), generator=_gen(2))
     _, cpu = env.step_state(state, action, _gen())
     nxt, gpu = env.step_state(state.to("cuda"), action.cuda(), _gen(0, "cuda"))
-    assert nxt.device.type == "cuda" and gpu[keys.OBS].device.type == "cuda"
+    assert nxt.device.type == "cuda"
+    assert gpu[keys.OBS].device.type == "cuda"
     torch.testing.assert_close(gpu[keys.FINAL_OBS].cpu(), cpu[keys.FINAL_OBS], atol=1e-6, rtol=0)
     assert torch.equal(gpu[keys.TERMINATED].cpu(), cpu[keys.TERMINATED])

@@ -17,20 +17,28 @@ def _gen(seed: int = 0) -> torch.Generator:
 
 def test_specs_follow_the_spaces() -> None:
     cart = GymnasiumEnv("CartPole-v1")
-    assert cart.spec.discrete and cart.spec.num_actions == 2 and cart.spec.obs_shape == (4,)
-    assert cart.spec.max_episode_steps == 500 and not cart.spec.has_action_mask
+    assert cart.spec.discrete
+    assert cart.spec.num_actions == 2
+    assert cart.spec.obs_shape == (4,)
+    assert cart.spec.max_episode_steps == 500
+    assert not cart.spec.has_action_mask
     pend = GymnasiumEnv("Pendulum-v1", {"g": 9.81})
-    assert not pend.spec.discrete and pend.spec.action_shape == (1,) and pend.spec.obs_shape == (3,)
-    assert pend.spec.action_low == (-2.0,) and pend.spec.action_high == (2.0,)
+    assert not pend.spec.discrete
+    assert pend.spec.action_shape == (1,)
+    assert pend.spec.obs_shape == (3,)
+    assert pend.spec.action_low == (-2.0,)
+    assert pend.spec.action_high == (2.0,)
     assert pend.spec.max_episode_steps == 200
     assert GymnasiumEnv("CartPole-v1", {"max_episode_steps": 7}).spec.max_episode_steps == 7
-    assert cart.live_count == 0 and pend.live_count == 0  # the probe env is not kept
+    assert cart.live_count == 0
+    assert pend.live_count == 0
 
 
 def test_unknown_id_names_it_and_suggests() -> None:
     with pytest.raises(ValueError, match="CartPol-v1") as err:
         GymnasiumEnv("CartPol-v1")
-    assert "'CartPole-v1'" in str(err.value) and "\n" not in str(err.value)
+    assert "'CartPole-v1'" in str(err.value)
+    assert "\n" not in str(err.value)
 
 
 def test_unsupported_space_lists_the_supported_ones() -> None:
@@ -41,15 +49,23 @@ def test_unsupported_space_lists_the_supported_ones() -> None:
 def test_reset_step_shapes_dtypes_and_seeding() -> None:
     env = GymnasiumEnv("Pendulum-v1")
     state = env.reset_state(3, _gen(1))
-    assert state["snapshot"].dtype == torch.int64 and env.live_count == 3
+    assert state["snapshot"].dtype == torch.int64
+    assert env.live_count == 3
     obs = env.observe(state)[keys.OBS]
-    assert obs.shape == (3, 3) and obs.dtype == torch.float32
+    assert obs.shape == (3, 3)
+    assert obs.dtype == torch.float32
     assert not torch.equal(obs[0], obs[1])  # each env seeded differently
     again = env.reset_state(3, _gen(1))
     assert torch.equal(env.observe(again)[keys.OBS], obs)  # seeds come from the torch generator
     _, out = env.step_state(state, torch.zeros(3, 1), _gen(), inplace=True)
-    for key, dtype in [(keys.OBS, torch.float32), (keys.FINAL_OBS, torch.float32), (keys.REWARD, torch.float32),
-                       (keys.TERMINATED, torch.bool), (keys.TRUNCATED, torch.bool), (keys.IS_FIRST, torch.bool)]:
+    for key, dtype in [
+        (keys.OBS, torch.float32),
+        (keys.FINAL_OBS, torch.float32),
+        (keys.REWARD, torch.float32),
+        (keys.TERMINATED, torch.bool),
+        (keys.TRUNCATED, torch.bool),
+        (keys.IS_FIRST, torch.bool),
+    ]:
         assert out[key].dtype == dtype, key
     env.close()
 
@@ -87,7 +103,8 @@ def test_registry_accounting() -> None:
     with pytest.raises(RuntimeError, match="released"):
         env.observe(child)
     same, _ = env.step_state(snap, torch.ones(4, dtype=torch.int64), _gen(), inplace=True)
-    assert torch.equal(same["snapshot"], snap["snapshot"]) and env.live_count == 8
+    assert torch.equal(same["snapshot"], snap["snapshot"])
+    assert env.live_count == 8
     env.release(snap)
     assert env.live_count == 4
     env.close()
@@ -102,7 +119,9 @@ def test_inplace_step_of_an_expanded_state_copies_repeated_ids() -> None:
     expanded = root[torch.tensor([0, 0, 1])]  # as search does: several rows share one snapshot
     nxt, out = env.step_state(expanded, torch.tensor([1, 1, 0]), _gen(), inplace=True)
     ids = nxt["snapshot"].tolist()
-    assert len(set(ids)) == 3 and ids[0] == root["snapshot"][0] and env.live_count == 3
+    assert len(set(ids)) == 3
+    assert ids[0] == root["snapshot"][0]
+    assert env.live_count == 3
     assert torch.equal(out[keys.OBS][0], out[keys.OBS][1])  # both rows stepped the same pre-step env
     env.release(nxt)
     assert env.live_count == 0
@@ -127,7 +146,8 @@ def test_truncation_and_termination_auto_reset() -> None:
     for _ in range(60):  # always pushing right topples the pole in well under 60 steps
         out = env.step(torch.ones(2, dtype=torch.int64))
         done = out[keys.TERMINATED]
-        assert torch.equal(out[keys.IS_FIRST], done) and not out[keys.TRUNCATED].any()
+        assert torch.equal(out[keys.IS_FIRST], done)
+        assert not out[keys.TRUNCATED].any()
         assert torch.equal(out[keys.OBS][~done], out[keys.FINAL_OBS][~done])
         final = out[keys.FINAL_OBS][done]
         assert ((final[:, 0].abs() > 2.4) | (final[:, 2].abs() > 12 * 2 * np.pi / 360)).all()
@@ -143,7 +163,8 @@ def test_continuous_actions_are_clipped_and_match_the_torch_port() -> None:
     big_state, big = env.step_state(root, torch.tensor([[5.0], [-9.0]]), _gen())
     edge_state, edge = env.step_state(root, torch.tensor([[2.0], [-2.0]]), _gen())
     inner_state, inner = env.step_state(root, torch.tensor([[1.0], [-1.0]]), _gen())
-    assert (big == edge).all() and not torch.equal(inner[keys.OBS], edge[keys.OBS])
+    assert (big == edge).all()
+    assert not torch.equal(inner[keys.OBS], edge[keys.OBS])
     for state in (root, big_state, edge_state, inner_state):
         env.release(state)
     assert env.live_count == 0

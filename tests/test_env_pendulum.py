@@ -76,10 +76,14 @@ def test_out_of_range_actions_are_clipped_like_gymnasium() -> None:
 
 def test_reset_distribution_spec_and_purity() -> None:
     env = Pendulum()
-    assert env.spec.action_low == (-2.0,) and env.spec.action_high == (2.0,) and env.spec.max_episode_steps == 200
+    assert env.spec.action_low == (-2.0,)
+    assert env.spec.action_high == (2.0,)
+    assert env.spec.max_episode_steps == 200
     state = env.reset_state(2000, _gen())
     th, thdot = state["physics"].unbind(-1)
-    assert th.abs().max() <= np.pi and th.abs().max() > 3.0 and thdot.abs().max() <= 1.0
+    assert th.abs().max() <= np.pi
+    assert th.abs().max() > 3.0
+    assert thdot.abs().max() <= 1.0
     obs = env.observe(state)[keys.OBS]
     torch.testing.assert_close(obs[:, 0] ** 2 + obs[:, 1] ** 2, torch.ones(2000))
     state["elapsed"][:5] = 199
@@ -88,8 +92,10 @@ def test_reset_distribution_spec_and_purity() -> None:
     nxt_a, out_a = env.step_state(state, action, _gen(3))
     assert (state == before).all()
     nxt_b, out_b = env.step_state(state, action, _gen(3), inplace=True)
-    assert (out_a == out_b).all() and (nxt_a == nxt_b).all()
-    assert out_a[keys.TRUNCATED][:5].all() and not out_a[keys.TRUNCATED][5:].any()
+    assert (out_a == out_b).all()
+    assert (nxt_a == nxt_b).all()
+    assert out_a[keys.TRUNCATED][:5].all()
+    assert not out_a[keys.TRUNCATED][5:].any()
 
 
 def test_check_mode_rejects_wrong_shape_and_nan() -> None:

@@ -28,8 +28,10 @@ def _decode(obs: torch.Tensor) -> torch.Tensor:
 def test_reset_observation_and_mask() -> None:
     env = TicTacToe()
     view = env.observe(env.reset_state(3, _gen()))
-    assert view[keys.ACTION_MASK].dtype == torch.bool and view[keys.ACTION_MASK].all()
-    assert view[keys.OBS].shape == (3, 27) and view[keys.OBS].dtype == torch.float32
+    assert view[keys.ACTION_MASK].dtype == torch.bool
+    assert view[keys.ACTION_MASK].all()
+    assert view[keys.OBS].shape == (3, 27)
+    assert view[keys.OBS].dtype == torch.float32
     assert torch.equal(view[keys.OBS].view(3, 9, 3)[..., 0], torch.ones(3, 9))
 
     view = env.observe(_boards([1, 2, E, E, 1, E, E, E, 2]))
@@ -54,11 +56,15 @@ def test_crafted_outcomes() -> None:
     final = _decode(out[keys.FINAL_OBS])
     assert final[0].tolist() == [1, 1, 1, 2, 2, 0, 0, 0, 0]  # no opponent move after the win
     assert final[2].tolist() == [1, 2, 1, 1, 2, 2, 2, 1, 1]
-    assert (final[1] == 0).sum() == 1 and final[1, 8] == 1
-    assert final[3, 4] == 1 and (final[3] == 2).sum() == 1  # exactly one O reply
+    assert (final[1] == 0).sum() == 1
+    assert final[1, 8] == 1
+    assert final[3, 4] == 1
+    assert (final[3] == 2).sum() == 1
     # Finished games restart on an empty board; the ongoing one carries on.
-    assert (nxt["board"][:3] == 0).all() and torch.equal(nxt["board"][3], final[3])
-    assert out[keys.ACTION_MASK][:3].all() and torch.equal(out[keys.ACTION_MASK][3], final[3] == 0)
+    assert (nxt["board"][:3] == 0).all()
+    assert torch.equal(nxt["board"][3], final[3])
+    assert out[keys.ACTION_MASK][:3].all()
+    assert torch.equal(out[keys.ACTION_MASK][3], final[3] == 0)
     assert torch.equal(out[keys.OBS][3], out[keys.FINAL_OBS][3])
 
 
@@ -85,7 +91,8 @@ def test_random_opponent_only_plays_empty_cells() -> None:
         assert torch.equal(before[changed], torch.zeros_like(before[changed]))  # only empty cells change
         assert (after.gather(-1, action[:, None]) == 1).all()
         new_o = ((after == 2) & changed).sum(-1)
-        assert (new_o <= 1).all() and (new_o[~out[keys.TERMINATED]] == 1).all()
+        assert (new_o <= 1).all()
+        assert (new_o[~out[keys.TERMINATED]] == 1).all()
         assert (out[keys.REWARD][~out[keys.TERMINATED]] == 0).all()
         games += int(out[keys.TERMINATED].sum())
     assert games > 1000
@@ -95,7 +102,8 @@ def test_opponent_reply_is_uniform() -> None:
     env, num = TicTacToe(), 8000
     _, out = env.step_state(env.reset_state(num, _gen()), torch.full((num,), 4), _gen(5))
     replies = (_decode(out[keys.FINAL_OBS]) == 2).float().sum(0)
-    assert replies[4] == 0 and replies.sum() == num
+    assert replies[4] == 0
+    assert replies.sum() == num
     others = torch.cat([replies[:4], replies[5:]])
     assert (others - num / 8).abs().max() < 0.12 * num / 8  # ~4 sigma for 1000 expected per cell
 

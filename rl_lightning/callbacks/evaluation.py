@@ -85,9 +85,10 @@ class Evaluation(Callback):
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: Any) -> None:
         if pl_module.updates > 0 and self.last_updates != pl_module.updates:
-            self.evaluate(trainer, pl_module)
+            self.evaluate(trainer, pl_module, on_step=False)
 
-    def evaluate(self, trainer: pl.Trainer, pl_module: Any) -> dict[str, float]:
+    def evaluate(self, trainer: pl.Trainer, pl_module: Any, on_step: bool = True) -> dict[str, float]:
+        """Play the episodes, log ``eval/*`` (per step, or per epoch from epoch-end hooks), return the record."""
         start = time.perf_counter()
         env = self.env if self.env is not None else copy.deepcopy(trainer.datamodule.env)
         seed = self.seed + 1_000 * trainer.global_rank
@@ -110,7 +111,7 @@ class Evaluation(Callback):
             "eval/margin_over_random": mean_return - self.random_return,
         }
         if not trainer.sanity_checking and trainer.state.fn == "fit" and trainer.training:
-            pl_module.log_dict(metrics, on_step=True, batch_size=1)
+            pl_module.log_dict(metrics, on_step=on_step, on_epoch=not on_step, batch_size=1)
         self.last_env_steps = pl_module.env_steps
         self.last_updates = pl_module.updates
         self.eval_seconds += time.perf_counter() - start

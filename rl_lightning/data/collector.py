@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from tensordict import TensorDict
@@ -34,7 +35,6 @@ class Collector:
         self.env = env
         self.generator = torch.Generator(device=env.device)
         self.generator.manual_seed(seed)
-        self.local_env_steps = 0
         self._obs: TensorDict | None = None
         device = env.device
         self._episode_return = torch.zeros(env.num_envs, device=device)
@@ -77,7 +77,6 @@ class Collector:
         batch[keys.POLICY_VERSION] = torch.full(
             batch.batch_size, policy_version, dtype=torch.int64, device=self.env.device
         )
-        self.local_env_steps += num_steps * self.env.num_envs
         self.last_collect_seconds = time.perf_counter() - start
         return batch
 
@@ -87,6 +86,31 @@ class Collector:
         self.episode_return.reset()
         self.episode_length.reset()
         return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        """Generators, and for pure-tensor envs the live env state and open episodes (bit-exact resume)."""
+        state: dict[str, Any] = {
+            "env_generator": self.env.generator.get_state(),
+            "sampling_generator": self.generator.get_state(),
+        }
+        if self.env.env.state_is_tensors and self._obs is not None and self.env.state is not None:
+            state["env_state"] = self.env.state.to_dict()
+            state["obs"] = self._obs.to_dict()
+            state["episode_return"] = self._episode_return.clone()
+            state["episode_length"] = self._episode_length.clone()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict``; without a saved env state every env starts a fresh episode."""
+        self.env.generator.set_state(state["env_generator"])
+        self.generator.set_state(state["sampling_generator"])
+        self.reset_episodes()
+        if "env_state" in state:
+            device, n = self.env.device, self.env.num_envs
+            self.env.state = TensorDict(state["env_state"], batch_size=[n]).to(device)
+            self._obs = TensorDict(state["obs"], batch_size=[n]).to(device)
+            self._episode_return.copy_(state["episode_return"])
+            self._episode_length.copy_(state["episode_length"])
 
     def reset_episodes(self) -> None:
         """Forget the envs' current episodes (after a resume, the env state is not restored)."""

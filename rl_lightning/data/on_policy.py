@@ -77,6 +77,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self.eval_episodes = eval_episodes
         self.eval_seed = eval_seed
         self.world_size = 1
+        self.local_env_steps = 0
         self.collector: Collector | None = None
         self.last_rollout: Rollout | None = None
         self._restored: dict[str, Any] | None = None
@@ -90,7 +91,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
     @property
     def env_steps(self) -> int:
         """Env steps collected so far, summed over ranks."""
-        return 0 if self.collector is None else self.collector.local_env_steps * self.world_size
+        return self.local_env_steps * self.world_size
 
     @property
     def rollout_size(self) -> int:
@@ -147,6 +148,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
             raise RuntimeError("OnPolicyDataModule.collect called before setup()")
         module = self.trainer.lightning_module
         batch = self.collector.rollout(module.act, self.num_steps, module.policy_version)
+        self.local_env_steps += self.rollout_size
         batch = module.process_rollout(batch)
         now = time.perf_counter()
         collected = self.rollout_size * self.world_size
@@ -159,13 +161,11 @@ class OnPolicyDataModule(pl.LightningDataModule):
         return self.last_rollout
 
     def state_dict(self) -> dict[str, Any]:
-        if self.collector is None:
-            return {}
-        return {
-            "local_env_steps": self.collector.local_env_steps,
-            "env_generator": self.collector.env.generator.get_state(),
-            "sampling_generator": self.collector.generator.get_state(),
-        }
+        state: dict[str, Any] = {"local_env_steps": self.local_env_steps}
+        if self.collector is not None:
+            # Only rank 0 writes checkpoints: gather every rank's collector so each resumes its own streams.
+            state["collectors"] = _gather_per_rank(_to_cpu(self.collector.state_dict()), self.world_size)
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored = dict(state_dict)
@@ -174,13 +174,16 @@ class OnPolicyDataModule(pl.LightningDataModule):
 
     def _apply_state(self, state: dict[str, Any]) -> None:
         assert self.collector is not None
-        if not state:
-            return
-        self.collector.local_env_steps = int(state["local_env_steps"])
-        self.collector.env.generator.set_state(state["env_generator"])
-        self.collector.generator.set_state(state["sampling_generator"])
-        # Open episodes are not checkpointed: every env starts a fresh episode after a resume.
-        self.collector.reset_episodes()
+        self.local_env_steps = int(state.get("local_env_steps", 0))
+        collectors = state.get("collectors", [])
+        rank = self.trainer.global_rank if self.trainer is not None else 0
+        if len(collectors) == self.world_size:
+            self.collector.load_state_dict(collectors[rank])
+        elif collectors:
+            pl.utilities.rank_zero_warn(
+                f"checkpoint holds collectors of {len(collectors)} ranks but the run has {self.world_size}; "
+                "envs restart from data.seed"
+            )
 
     def teardown(self, stage: str) -> None:
         if self.collector is not None:
@@ -222,6 +225,22 @@ class RolloutStream:
         if self.datamodule.env_steps >= self.datamodule.total_env_steps:
             raise StopIteration
         return self.datamodule.collect()
+
+
+def _to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    return value
+
+
+def _gather_per_rank(value: Any, world_size: int) -> list[Any]:
+    if world_size == 1 or not torch.distributed.is_available() or not torch.distributed.is_initialized():
+        return [value]
+    gathered: list[Any] = [None] * world_size
+    torch.distributed.all_gather_object(gathered, value)
+    return gathered
 
 
 def _require_positive(field_name: str, value: int, fix: str) -> None:

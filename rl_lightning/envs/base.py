@@ -74,6 +74,8 @@ class TorchEnv(ABC):
     """
 
     spec: EnvSpec
+    #: True when ``state`` is plain tensors (no external resources), so it can be saved in a checkpoint.
+    state_is_tensors: bool = True
 
     @abstractmethod
     def reset_state(self, num: int, generator: torch.Generator) -> TensorDict: ...
@@ -179,3 +181,7 @@ class BatchedEnv:
             self.env.release(self.state)
             self.state = None
         self.env.close()
+
+
+# Checkpoints store the module's EnvSpec in its hyper-parameters; let weights-only loading accept it.
+torch.serialization.add_safe_globals([EnvSpec])

@@ -43,8 +43,9 @@ class CartPole(TorchEnv):
             raise ValueError(f"CartPole: max_episode_steps={max_episode_steps} must be >= 0 (0 = never truncate)")
         self.max_episode_steps = max_episode_steps
         self.dtype = physics_dtype(dtype, "CartPole")
-        self.spec = EnvSpec(name="CartPole", obs_shape=(4,), discrete=True, num_actions=2,
-                            max_episode_steps=max_episode_steps)
+        self.spec = EnvSpec(
+            name="CartPole", obs_shape=(4,), discrete=True, num_actions=2, max_episode_steps=max_episode_steps
+        )
 
     def _initial_physics(self, num: int, generator: torch.Generator) -> torch.Tensor:
         noise = torch.rand(num, 4, generator=generator, device=generator.device, dtype=self.dtype)
@@ -72,8 +73,12 @@ class CartPole(TorchEnv):
         )
         xacc = temp - self.polemass_length * thetaacc * costheta / self.total_mass
         return torch.stack(
-            (x + self.tau * x_dot, x_dot + self.tau * xacc, theta + self.tau * theta_dot,
-             theta_dot + self.tau * thetaacc),
+            (
+                x + self.tau * x_dot,
+                x_dot + self.tau * xacc,
+                theta + self.tau * theta_dot,
+                theta_dot + self.tau * thetaacc,
+            ),
             dim=-1,
         )
 

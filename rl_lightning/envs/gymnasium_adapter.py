@@ -67,6 +67,8 @@ def _spec_from(env_id: str, env: gymnasium.Env) -> EnvSpec:
 
 
 class GymnasiumEnv(TorchEnv):
+    state_is_tensors = False  # the state is snapshot ids into a registry of Python env objects
+
     """Wrap a Gymnasium env id as a batched functional env with same-step auto-reset.
 
     ``terminated`` and ``truncated`` come straight from Gymnasium (``gymnasium.make`` adds the ``TimeLimit``

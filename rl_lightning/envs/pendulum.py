@@ -55,9 +55,9 @@ class Pendulum(TorchEnv):
         )
 
     def _initial_physics(self, num: int, generator: torch.Generator) -> torch.Tensor:
-        high = torch.tensor([math.pi, 1.0], dtype=self.dtype, device=generator.device)
-        noise = torch.rand(num, 2, generator=generator, device=generator.device, dtype=self.dtype)
-        return (2 * noise - 1) * high
+        noise = 2 * torch.rand(num, 2, generator=generator, device=generator.device, dtype=self.dtype) - 1
+        th, thdot = noise.unbind(-1)
+        return torch.stack((th * math.pi, thdot), dim=-1)  # no per-step host-to-device copy of the bounds
 
     @staticmethod
     def _obs(physics: torch.Tensor) -> torch.Tensor:
@@ -91,7 +91,9 @@ class Pendulum(TorchEnv):
 
         elapsed = state["elapsed"] + 1
         truncated = (
-            elapsed >= self.max_episode_steps if self.max_episode_steps > 0 else torch.zeros_like(elapsed, dtype=torch.bool)
+            elapsed >= self.max_episode_steps
+            if self.max_episode_steps > 0
+            else torch.zeros_like(elapsed, dtype=torch.bool)
         )
         fresh = self._initial_physics(physics.shape[0], generator)
         next_physics = torch.where(truncated.unsqueeze(-1), fresh, new_physics)

@@ -1,0 +1,484 @@
+"""PPO benchmark: sample efficiency and wall time to target, env/collector throughput, and Trainer overhead.
+
+    python benchmarks/ppo.py                 # full run: 3 seeds × (CartPole, Pendulum, TicTacToe) + throughput
+    python benchmarks/ppo.py --quick         # 1 seed, shorter throughput/overhead measurements
+    python benchmarks/ppo.py --seeds 5 --envs cartpole --sections learning
+
+Learning runs use the bundled configs (``configs/ppo*.yaml``) unchanged, except that the logger, checkpointing,
+progress bar and the configs' own callbacks are replaced by one evaluation callback that evaluates often and stops
+the run the first time the target is crossed. Training time = ``trainer.fit`` wall time minus time spent in
+evaluation. Run single-threaded (``torch.set_num_threads(1)``, as the configs do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import logging
+import os
+import statistics
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+warnings.filterwarnings("ignore")
+for _name in ("lightning", "lightning.pytorch", "lightning.fabric", "lightning_utilities"):
+    logging.getLogger(_name).setLevel(logging.ERROR)
+
+import lightning.pytorch as pl  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
+
+from rl_lightning.algos import PPO  # noqa: E402
+from rl_lightning.callbacks import Evaluation  # noqa: E402
+from rl_lightning.cli import cli_main  # noqa: E402
+from rl_lightning.data.collector import Collector  # noqa: E402
+from rl_lightning.envs import CartPole  # noqa: E402
+from rl_lightning.envs.base import BatchedEnv  # noqa: E402
+from rl_lightning.evaluation import run_episodes  # noqa: E402
+
+BENCH_TRAINER_ARGS = [
+    "--trainer.logger",
+    "false",
+    "--trainer.enable_checkpointing",
+    "false",
+    "--trainer.enable_progress_bar",
+    "false",
+    "--trainer.enable_model_summary",
+    "false",
+    "--trainer.callbacks",
+    "[]",
+]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Learning: env steps and training time to the first crossing of a target
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Task:
+    name: str
+    config: str
+    metric: str  # "return": mean episode return; "win_or_draw": fraction of episodes with return >= 0
+    target: float
+    num_episodes: int
+    every_n_env_steps: int
+    max_median_env_steps: int | None = None  # PASS criterion on the median crossing (None: just reach it)
+    max_median_train_seconds: float | None = None
+
+
+TASKS = {
+    "cartpole": Task("CartPole", "ppo.yaml", "return", 475.0, 20, 1024, 30_000, 10.0),
+    "pendulum": Task("Pendulum", "ppo_pendulum.yaml", "return", -250.0, 10, 4096, 300_000),
+    "tictactoe": Task("TicTacToe", "ppo_tictactoe.yaml", "win_or_draw", 0.95, 200, 4096),
+}
+
+
+class TargetEvaluation(Evaluation):
+    """``Evaluation`` that scores ``metric`` and stops the run the first time the score reaches ``target``.
+
+    ``history`` gets one record per evaluation (``env_steps``, ``updates``, ``eval/episode_return``, ``score``);
+    ``eval_seconds`` accumulates the time spent here, so it can be subtracted from the fit wall time.
+    """
+
+    def __init__(self, metric: str, target: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.metric = metric
+        self.target = target
+        self.crossed: dict[str, float] | None = None
+        self.fit_start: float | None = None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        self.fit_start = time.perf_counter()
+
+    def evaluate(self, trainer: pl.Trainer, pl_module: Any) -> dict[str, float]:
+        start = time.perf_counter()
+        env = self.env if self.env is not None else copy.deepcopy(trainer.datamodule.env)
+        was_training = pl_module.training
+        pl_module.eval()
+        returns, lengths = run_episodes(
+            pl_module, env, self.num_episodes, pl_module.device, self.seed, self.deterministic, self.max_steps
+        )
+        pl_module.train(was_training)
+        if self.env is None:
+            env.close()
+        mean_return = float(returns.mean())
+        score = mean_return if self.metric == "return" else float((returns >= 0).float().mean())
+        record = {
+            "env_steps": float(pl_module.env_steps),
+            "updates": float(pl_module.updates),
+            "eval/episode_return": mean_return,
+            "eval/episode_length": float(lengths.mean()),
+            "score": score,
+        }
+        self.history.append(record)
+        self.last_env_steps = pl_module.env_steps
+        self.last_updates = pl_module.updates
+        if self.crossed is None and score >= self.target:
+            trainer.should_stop = True
+            self.eval_seconds += time.perf_counter() - start
+            # Training time up to the crossing: wall time since on_train_start minus evaluation time so far.
+            assert self.fit_start is not None
+            record["train_seconds_at_cross"] = time.perf_counter() - self.fit_start - self.eval_seconds
+            self.crossed = record
+            return record
+        self.eval_seconds += time.perf_counter() - start
+        return record
+
+
+@dataclass
+class RunResult:
+    seed: int
+    crossed: bool
+    env_steps: int | None  # at the crossing (None: never crossed within the config's budget)
+    fit_seconds: float  # trainer.fit wall time (setup to teardown)
+    eval_seconds: float
+    train_seconds: float  # fit_seconds - eval_seconds
+    final_score: float
+    best_score: float
+    total_env_steps: int
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def _clean_argv() -> Any:
+    saved = sys.argv[1:]
+    sys.argv[1:] = []  # LightningCLI warns when it sees both args= and command-line arguments
+    try:
+        yield
+    finally:
+        sys.argv[1:] = saved
+
+
+def build_cli(config: str, seed: int, extra: list[str] | None = None) -> Any:
+    args = ["--config", str(REPO / "configs" / config), "--seed_everything", str(seed), *BENCH_TRAINER_ARGS]
+    with _clean_argv():
+        return cli_main([*args, *(extra or [])], run=False)
+
+
+def run_learning(task: Task, seed: int) -> RunResult:
+    torch.set_num_threads(1)
+    cli = build_cli(task.config, seed)
+    callback = TargetEvaluation(
+        task.metric,
+        task.target,
+        every_n_env_steps=task.every_n_env_steps,
+        num_episodes=task.num_episodes,
+        deterministic=True,
+    )
+    cli.trainer.callbacks.append(callback)
+    start = time.perf_counter()
+    cli.trainer.fit(cli.model, cli.datamodule)
+    fit_seconds = time.perf_counter() - start
+    scores = [h["score"] for h in callback.history] or [float("nan")]
+    crossed = callback.crossed
+    return RunResult(
+        seed=seed,
+        crossed=crossed is not None,
+        env_steps=int(crossed["env_steps"]) if crossed else None,
+        fit_seconds=fit_seconds,
+        eval_seconds=callback.eval_seconds,
+        train_seconds=fit_seconds - callback.eval_seconds,
+        final_score=scores[-1],
+        best_score=max(scores),
+        total_env_steps=int(cli.datamodule.total_env_steps),
+        history=callback.history,
+    )
+
+
+def _median_or_inf(values: list[float | None]) -> float:
+    """Median where a run that never crossed counts as +inf (so a majority of failures gives inf)."""
+    return statistics.median([float("inf") if v is None else v for v in values])
+
+
+def print_learning(results: dict[str, list[RunResult]], verbose: bool) -> bool:
+    header = (
+        f"{'env':<10} {'seed':>4} {'target':>8} {'crossed':>7} {'env_steps':>10} {'train_s':>8} {'eval_s':>7} "
+        f"{'fit_s':>7} {'best':>8} {'last':>8}"
+    )
+    print("\n== Learning: first crossing of the eval target (configs/ppo*.yaml; train_s = fit_s - eval_s) ==")
+    print(header)
+    print("-" * len(header))
+    all_pass = True
+    verdicts = []
+    for key, runs in results.items():
+        task = TASKS[key]
+        for r in runs:
+            steps = f"{r.env_steps}" if r.crossed else f">{r.total_env_steps}"
+            print(
+                f"{task.name:<10} {r.seed:>4} {task.target:>8.2f} {'yes' if r.crossed else 'NO':>7} {steps:>10} "
+                f"{r.train_seconds:>8.2f} {r.eval_seconds:>7.2f} {r.fit_seconds:>7.2f} {r.best_score:>8.2f} "
+                f"{r.final_score:>8.2f}"
+            )
+        med_steps = _median_or_inf([r.env_steps for r in runs])
+        med_train = _median_or_inf([r.train_seconds if r.crossed else None for r in runs])
+        med_eval = statistics.median([r.eval_seconds for r in runs])
+        med_fit = statistics.median([r.fit_seconds for r in runs])
+        n_crossed = sum(r.crossed for r in runs)
+        steps_txt = f"{med_steps:.0f}" if med_steps != float("inf") else "never"
+        print(
+            f"{task.name:<10} {'med':>4} {task.target:>8.2f} {f'{n_crossed}/{len(runs)}':>7} {steps_txt:>10} "
+            f"{med_train:>8.2f} {med_eval:>7.2f} {med_fit:>7.2f}"
+        )
+        print("-" * len(header))
+        ok = n_crossed == len(runs)
+        criteria = [f"{n_crossed}/{len(runs)} seeds reach {task.metric} >= {task.target:g}"]
+        if task.max_median_env_steps is not None:
+            ok &= med_steps <= task.max_median_env_steps
+            criteria.append(f"median env steps {steps_txt} <= {task.max_median_env_steps}")
+        if task.max_median_train_seconds is not None:
+            ok &= med_train <= task.max_median_train_seconds
+            criteria.append(f"median train time {med_train:.2f}s <= {task.max_median_train_seconds:g}s")
+        all_pass &= ok
+        verdicts.append(f"  {'PASS' if ok else 'FAIL'}  {task.name}: " + "; ".join(criteria))
+    print("\n".join(verdicts))
+    if verbose:
+        for key, runs in results.items():
+            for r in runs:
+                curve = " ".join(f"{int(h['env_steps'])}:{h['score']:.2f}" for h in r.history)
+                print(f"  curve {TASKS[key].name} seed {r.seed}: {curve}")
+    return all_pass
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Throughput: raw BatchedEnv.step vs Collector.rollout with the PPO module's act
+# ----------------------------------------------------------------------------------------------------------------
+def _steps_for(num_envs: int, quick: bool) -> int:
+    budget = 60_000 if quick else 200_000  # transitions per measurement
+    return max(64, min(4_000, budget // num_envs))
+
+
+def raw_env_rate(num_envs: int, steps: int) -> float:
+    env = BatchedEnv(CartPole(), num_envs, "cpu", seed=0)
+    generator = torch.Generator().manual_seed(1)
+    env.reset()
+    for _ in range(10):  # warm-up
+        env.step(torch.randint(0, 2, (num_envs,), generator=generator))
+    start = time.perf_counter()
+    for _ in range(steps):
+        env.step(torch.randint(0, 2, (num_envs,), generator=generator))
+    seconds = time.perf_counter() - start
+    env.close()
+    return steps * num_envs / seconds
+
+
+def act_rate(module: PPO, num_envs: int, steps: int) -> float:
+    """The policy alone (``module.act`` on a fixed observation batch), for attributing the collector's cost."""
+    env = BatchedEnv(CartPole(), num_envs, "cpu", seed=0)
+    obs = env.reset()
+    generator = torch.Generator().manual_seed(2)
+    for _ in range(10):
+        module.act(obs, generator)
+    start = time.perf_counter()
+    for _ in range(steps):
+        module.act(obs, generator)
+    seconds = time.perf_counter() - start
+    env.close()
+    return steps * num_envs / seconds
+
+
+def collector_rate(module: PPO, num_envs: int, steps: int, num_steps: int = 128) -> float:
+    collector = Collector(BatchedEnv(CartPole(), num_envs, "cpu", seed=0), seed=3)
+    chunk = min(num_steps, steps)
+    collector.rollout(module.act, min(chunk, 16), 0)  # warm-up
+    done = 0
+    start = time.perf_counter()
+    while done < steps:
+        collector.rollout(module.act, chunk, 0)
+        done += chunk
+    seconds = time.perf_counter() - start
+    collector.close()
+    return done * num_envs / seconds
+
+
+def run_throughput(quick: bool) -> list[dict[str, float]]:
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    module = PPO(env_spec=CartPole().spec)  # default (64, 64) tanh actor/critic, like configs/ppo.yaml
+    rows = []
+    for num_envs in (1, 64, 4096):
+        steps = _steps_for(num_envs, quick)
+        raw = raw_env_rate(num_envs, steps)
+        act = act_rate(module, num_envs, steps)
+        coll = collector_rate(module, num_envs, steps)
+        rows.append({"num_envs": num_envs, "raw": raw, "act": act, "collector": coll})
+    return rows
+
+
+def print_throughput(rows: list[dict[str, float]]) -> None:
+    print("\n== Throughput on CartPole (env steps/s, 1 thread): raw BatchedEnv.step vs Collector.rollout(PPO.act) ==")
+    header = (
+        f"{'num_envs':>8} {'raw env':>12} {'act only':>12} {'collector':>12} {'coll/raw':>9} "
+        f"{'us/step raw':>12} {'us/step coll':>13}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        n = r["num_envs"]
+        print(
+            f"{n:>8} {r['raw']:>12,.0f} {r['act']:>12,.0f} {r['collector']:>12,.0f} {r['collector'] / r['raw']:>9.3f} "
+            f"{1e6 * n / r['raw']:>12.1f} {1e6 * n / r['collector']:>13.1f}"
+        )
+    print("  (us/step = wall time of one batched step of all envs; 'act only' = PPO.act on a fixed batch, no env)")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Trainer overhead: a PPO update inside Trainer.fit vs the same update in a bare Python loop
+# ----------------------------------------------------------------------------------------------------------------
+class StepTimer(pl.Callback):
+    """Times each training_step (batch start → end) and the gap between steps, and stops after ``num_updates``."""
+
+    def __init__(self, num_updates: int) -> None:
+        self.num_updates = num_updates
+        self.step_seconds: list[float] = []
+        self.collect_seconds: list[float] = []
+        self.gap_seconds: list[float] = []
+        self._start: float | None = None
+        self._end: float | None = None
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        now = time.perf_counter()
+        if self._end is not None:
+            self.gap_seconds.append(now - self._end)
+        self._start = now
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        assert self._start is not None
+        self._end = time.perf_counter()
+        self.step_seconds.append(self._end - self._start)
+        self.collect_seconds.append(trainer.datamodule.collector.last_collect_seconds)
+        if pl_module.updates >= self.num_updates:
+            trainer.should_stop = True
+
+
+def run_overhead(quick: bool, config: str = "ppo.yaml") -> dict[str, Any]:
+    torch.set_num_threads(1)
+    num_updates = 20 if quick else 60
+    cli = build_cli(config, seed=0)
+    module: PPO = cli.model
+    fresh = copy.deepcopy(module)  # identical initial weights, never attached to a Trainer
+
+    update_seconds: list[float] = []
+    captured: list[TensorDict] = []
+    original_update = module.update
+
+    def timed_update(batch: TensorDict, optimizer: Any) -> TensorDict:
+        if not captured:
+            captured.append(batch.clone())
+        start = time.perf_counter()
+        out = original_update(batch, optimizer)
+        update_seconds.append(time.perf_counter() - start)
+        return out
+
+    module.update = timed_update  # type: ignore[method-assign]
+    timer = StepTimer(num_updates)
+    cli.trainer.callbacks.insert(0, timer)
+    start = time.perf_counter()
+    cli.trainer.fit(module, cli.datamodule)
+    fit_seconds = time.perf_counter() - start
+
+    # The bare loop: the same processed rollout batch, a fresh copy of the initial module and a fresh optimiser.
+    batch = captured[0]
+    fresh.generator.manual_seed(0)
+    optimizer = fresh.configure_optimizers()
+    bare_seconds = []
+    for _ in range(len(update_seconds)):
+        start = time.perf_counter()
+        fresh.update(batch, optimizer)
+        bare_seconds.append(time.perf_counter() - start)
+
+    hp = module.hparams
+    skip = 1  # the first update includes Adam's lazy state init (both paths)
+    med = statistics.median
+    return {
+        "config": config,
+        "rollout": batch.numel(),
+        "optimizer_steps": hp.update_epochs * hp.num_minibatches,
+        "updates": len(update_seconds),
+        "fit_update": med(update_seconds[skip:]),
+        "bare_update": med(bare_seconds[skip:]),
+        "fit_step": med(timer.step_seconds[skip:]),
+        "collect": med(timer.collect_seconds[skip:]),
+        "gap": med(timer.gap_seconds) if timer.gap_seconds else float("nan"),
+        "fit_seconds": fit_seconds,
+        "env_steps": int(cli.datamodule.env_steps),
+    }
+
+
+def print_overhead(r: dict[str, Any]) -> None:
+    ms = 1e3
+    print(
+        f"\n== Trainer overhead ({r['config']}: rollout {r['rollout']}, {r['optimizer_steps']} optimiser steps per "
+        f"update; medians over {r['updates'] - 1} updates) =="
+    )
+    print(f"  PPO.update inside Trainer.fit        {r['fit_update'] * ms:8.2f} ms")
+    print(f"  PPO.update in a bare Python loop     {r['bare_update'] * ms:8.2f} ms")
+    print(f"  ratio fit / bare                     {r['fit_update'] / r['bare_update']:8.3f}")
+    other = r["fit_step"] - r["collect"] - r["fit_update"]
+    print(
+        f"  whole training_step {r['fit_step'] * ms:.2f} ms = collect {r['collect'] * ms:.2f} + update "
+        f"{r['fit_update'] * ms:.2f} + other (GAE, logging, lr) {other * ms:.2f}; loop gap between steps "
+        f"{r['gap'] * ms:.2f} ms"
+    )
+    per_update = r["fit_seconds"] / max(r["updates"], 1)
+    print(
+        f"  fit wall {r['fit_seconds']:.2f} s for {r['env_steps']} env steps ({per_update * ms:.1f} ms/update incl. "
+        f"setup, {r['env_steps'] / r['fit_seconds']:,.0f} env steps/s end to end)"
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="1 seed (unless --seeds), shorter measurements")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 per env (default 3; 1 with --quick)")
+    parser.add_argument("--seed-offset", type=int, default=0, help="first seed")
+    parser.add_argument("--envs", default="cartpole,pendulum,tictactoe", help="comma list of " + ",".join(TASKS))
+    parser.add_argument(
+        "--sections", default="learning,throughput,overhead", help="comma list of learning,throughput,overhead"
+    )
+    parser.add_argument("--verbose", action="store_true", help="print every evaluation of every run")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    seeds = args.seeds if args.seeds is not None else (1 if args.quick else 3)
+    sections = set(args.sections.split(","))
+    envs = [e.strip().lower() for e in args.envs.split(",") if e.strip()]
+    unknown = [e for e in envs if e not in TASKS]
+    if unknown:
+        parser.error(f"--envs: unknown {unknown}; choose from {list(TASKS)}")
+    print(
+        f"rl_lightning PPO benchmark: torch {torch.__version__}, lightning {pl.__version__}, "
+        f"threads {torch.get_num_threads()}, cpus {os.cpu_count()}, seeds {seeds}"
+    )
+    all_pass = True
+    if "learning" in sections:
+        results: dict[str, list[RunResult]] = {}
+        for key in envs:
+            results[key] = []
+            for seed in range(args.seed_offset, args.seed_offset + seeds):
+                r = run_learning(TASKS[key], seed)
+                results[key].append(r)
+                print(
+                    f"  [{TASKS[key].name} seed {seed}] crossed={r.crossed} env_steps={r.env_steps} "
+                    f"train={r.train_seconds:.2f}s eval={r.eval_seconds:.2f}s best={r.best_score:.2f}",
+                    flush=True,
+                )
+        all_pass = print_learning(results, args.verbose)
+    if "throughput" in sections:
+        print_throughput(run_throughput(args.quick))
+    if "overhead" in sections:
+        print_overhead(run_overhead(args.quick))
+    if "learning" in sections:
+        print(f"\nOVERALL: {'PASS' if all_pass else 'FAIL'}")
+
+
+if __name__ == "__main__":
+    main()

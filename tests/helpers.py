@@ -1,0 +1,38 @@
+"""Small builders for fast PPO runs in tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+
+from rl_lightning.algos import PPO
+from rl_lightning.data import OnPolicyDataModule
+from rl_lightning.envs import CartPole
+
+
+def tiny_ppo(env: Any = None, num_envs: int = 4, num_steps: int = 16, total_env_steps: int = 256, **model_kwargs: Any):
+    """A tiny PPO and its datamodule (4 envs × 16 steps = 64 transitions per update by default)."""
+    datamodule = OnPolicyDataModule(
+        env or CartPole(), num_envs=num_envs, num_steps=num_steps, total_env_steps=total_env_steps
+    )
+    kwargs = {"hidden_sizes": (16,), "update_epochs": 2, "num_minibatches": 2, **model_kwargs}
+    return PPO(env_spec=datamodule.env_spec, **kwargs), datamodule
+
+
+def trainer(tmp_path: Any, callbacks: list | None = None, **kwargs: Any) -> pl.Trainer:
+    defaults = {
+        "default_root_dir": str(tmp_path),
+        "max_epochs": -1,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "num_sanity_val_steps": 0,
+        "log_every_n_steps": 1,
+        "accelerator": "cpu",
+        "devices": 1,
+        "callbacks": callbacks or [],
+    }
+    defaults.update(kwargs)
+    return pl.Trainer(**defaults)
