@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import lightning.pytorch as pl
 import torch
@@ -29,6 +29,35 @@ TRAINER_DEFAULTS: dict[str, Any] = {
         "init_args": {"save_dir": "runs", "name": "rl_lightning"},
     },
 }
+
+
+class RLArgumentParser(LightningArgumentParser):
+    """Parser whose errors are one line (field and innermost reason) instead of the usage plus a nested report."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # type: ignore[override]
+        if not self.exit_on_error:  # jsonargparse's internal trial parses: keep raising for it to catch
+            super().error(message, ex)
+        print(
+            f"rl-lightning: error: {condense_error(message)} (see: rl-lightning {{fit,validate,test}} --help)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
+_NOISE = ("Does not validate", "Subtypes:", "Errors:", "Given value", "- Expected a <class 'NoneType'>")
+
+
+def condense_error(message: str) -> str:
+    """Field of a jsonargparse error plus its most specific reason, on one line."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if not lines:
+        return "invalid arguments"
+    details = [line.lstrip("- ") for line in lines if not line.startswith(_NOISE)]
+    keys_path = [d.split('"')[1] for d in details if d.startswith("Parser key") and d.count('"') >= 2]
+    reasons = [d for d in details if not d.startswith(("Parser key", "Problem with given class_path"))]
+    field = ".".join(keys_path)
+    reason = reasons[0] if reasons else (details[-1] if details else "invalid value")
+    return f"{field}: {reason}" if field else reason
 
 
 class RLLightningCLI(LightningCLI):
@@ -99,7 +128,7 @@ def bundled_dirs() -> list[Path]:
 
 def resolve_config(value: str) -> str:
     """A ``--config`` value as given if it exists, else the bundled config or fragment of that name."""
-    if Path(value).exists() or value.lstrip().startswith(("{", "[")) or "\n" in value:
+    if Path(value).is_file() or value.lstrip().startswith(("{", "[")) or "\n" in value:
         return value
     name = value if value.endswith((".yaml", ".yml")) else f"{value}.yaml"
     candidates = []
@@ -109,7 +138,10 @@ def resolve_config(value: str) -> str:
         if candidate.is_file():
             return str(candidate)
     available = sorted(
-        f"{sub}/{p.name}" for root in bundled_dirs() for sub in ("configs", "callbacks") for p in (root / sub).glob("*.yaml")
+        f"{sub}/{p.name}"
+        for root in bundled_dirs()
+        for sub in ("configs", "callbacks")
+        for p in (root / sub).glob("*.yaml")
     )
     raise ConfigError(
         f"--config {value!r}: no such file and no bundled config of that name; bundled: {', '.join(available)}"
@@ -147,6 +179,7 @@ def cli_main(args: Sequence[str] | None = None, run: bool = True) -> RLLightning
         subclass_mode_model=True,
         subclass_mode_data=True,
         trainer_defaults=TRAINER_DEFAULTS,
+        parser_class=RLArgumentParser,
         save_config_kwargs={"overwrite": True},
         args=argv,
         run=run,
@@ -157,9 +190,22 @@ def main(args: Sequence[str] | None = None) -> None:
     """Console entry point: bad input becomes one ``rl-lightning: error: ...`` line and exit code 2."""
     try:
         cli_main(args)
-    except (ConfigError, FloatingPointError) as err:
-        print(f"rl-lightning: error: {err}", file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 - re-raised unless it is (or wraps) bad user input
+        cause = _user_error(err)
+        if cause is None:
+            raise
+        print(f"rl-lightning: error: {cause}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def _user_error(err: BaseException) -> BaseException | None:
+    """The ConfigError/FloatingPointError behind ``err`` (jsonargparse wraps errors raised in constructors)."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, ConfigError | FloatingPointError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 if __name__ == "__main__":

@@ -66,8 +66,14 @@ def test_fail_fast_raises_with_a_bundle_that_reproduces(tmp_path):
 def test_checkpoint_cadence_and_early_stopping(tmp_path):
     pl.seed_everything(0)
     module, dm = tiny_ppo(total_env_steps=64 * 20)
-    checkpoint = RLCheckpoint(every_n_updates=2, dirpath=str(tmp_path / "ckpt"), save_last=True,
-                              monitor="eval/episode_return", mode="max", save_top_k=1)
+    checkpoint = RLCheckpoint(
+        every_n_updates=2,
+        dirpath=str(tmp_path / "ckpt"),
+        save_last=True,
+        monitor="eval/episode_return",
+        mode="max",
+        save_top_k=1,
+    )
     stop = EarlyStopping(monitor="eval/episode_return", mode="max", stopping_threshold=0.0)
     evaluation = Evaluation(every_n_updates=3, num_episodes=2)
     trainer(tmp_path, callbacks=[evaluation, stop, checkpoint], enable_checkpointing=True).fit(module, dm)

@@ -33,12 +33,14 @@ def test_ppo_loss_matches_hand_computation():
 
 def test_value_clipping_takes_the_larger_error():
     zero = torch.zeros(1)
-    out = ppo_loss(zero, zero, zero, torch.tensor([2.0]), torch.tensor([0.0]), torch.tensor([1.0]),
-                   zero, 0.2, True, 1.0, 0.0)
+    out = ppo_loss(
+        zero, zero, zero, torch.tensor([2.0]), torch.tensor([0.0]), torch.tensor([1.0]), zero, 0.2, True, 1.0, 0.0
+    )
     # unclipped (2-1)^2 = 1, clipped (0.2-1)^2 = 0.64 → max 1 → 0.5
     assert out["loss_value"].item() == pytest.approx(0.5)
-    out = ppo_loss(zero, zero, zero, torch.tensor([1.1]), torch.tensor([0.0]), torch.tensor([2.0]),
-                   zero, 0.2, True, 1.0, 0.0)
+    out = ppo_loss(
+        zero, zero, zero, torch.tensor([1.1]), torch.tensor([0.0]), torch.tensor([2.0]), zero, 0.2, True, 1.0, 0.0
+    )
     assert out["loss_value"].item() == pytest.approx(0.5 * (0.2 - 2.0) ** 2)
 
 
@@ -48,18 +50,37 @@ def _batch(module, n=32):
     td = TensorDict({keys.OBS: obs}, [n])
     acted = module.act(td, g)
     return TensorDict(
-        {**td.to_dict(), **acted.to_dict(), keys.ADVANTAGE: torch.randn(n, generator=g),
-         keys.RETURN: torch.randn(n, generator=g)}, [n])
+        {
+            **td.to_dict(),
+            **acted.to_dict(),
+            keys.ADVANTAGE: torch.randn(n, generator=g),
+            keys.RETURN: torch.randn(n, generator=g),
+        },
+        [n],
+    )
 
 
-@pytest.mark.parametrize(("term", "touches_actor", "touches_critic"),
-                         [("loss_policy", True, False), ("loss_entropy", True, False), ("loss_value", False, True)])
+@pytest.mark.parametrize(
+    ("term", "touches_actor", "touches_critic"),
+    [("loss_policy", True, False), ("loss_entropy", True, False), ("loss_value", False, True)],
+)
 def test_gradient_isolation_between_actor_and_critic(term, touches_actor, touches_critic):
     module, _ = tiny_ppo()
     batch = _batch(module)
     logprob, entropy, value = module.evaluate_actions(batch)
-    out = ppo_loss(logprob, batch[keys.LOGPROB] - 0.1, batch[keys.ADVANTAGE], value, batch[keys.VALUE],
-                   batch[keys.RETURN], entropy, 0.2, False, 0.5, 0.01)
+    out = ppo_loss(
+        logprob,
+        batch[keys.LOGPROB] - 0.1,
+        batch[keys.ADVANTAGE],
+        value,
+        batch[keys.VALUE],
+        batch[keys.RETURN],
+        entropy,
+        0.2,
+        False,
+        0.5,
+        0.01,
+    )
     module.zero_grad()
     out[term].backward()
     actor_grad = any(p.grad is not None and p.grad.abs().sum() > 0 for p in module.actor.parameters())

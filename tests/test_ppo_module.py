@@ -26,7 +26,8 @@ def test_masked_policy_never_selects_an_illegal_action():
         action = module.act(td, g, deterministic=deterministic)[keys.ACTION]
         assert mask.gather(1, action.unsqueeze(1)).all()
     logprob, entropy, _ = module.evaluate_actions(td.update(module.act(td, g)))
-    assert torch.isfinite(logprob).all() and torch.isfinite(entropy).all()
+    assert torch.isfinite(logprob).all()
+    assert torch.isfinite(entropy).all()
 
 
 class _Record(Callback):
@@ -34,8 +35,13 @@ class _Record(Callback):
         self.metrics = []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.metrics.append({k: float(v) for k, v in pl_module.last_metrics.items() if k != "perf/env_sps"
-                             and not k.startswith("perf/")})
+        self.metrics.append(
+            {
+                k: float(v)
+                for k, v in pl_module.last_metrics.items()
+                if k != "perf/env_sps" and not k.startswith("perf/")
+            }
+        )
 
 
 def test_policy_lag_is_zero_and_each_step_collects_once(tmp_path):
@@ -44,18 +50,21 @@ def test_policy_lag_is_zero_and_each_step_collects_once(tmp_path):
     record = _Record()
     trainer(tmp_path, callbacks=[record]).fit(module, dm)
     assert [m["policy/lag"] for m in record.metrics] == [0.0] * 5
-    assert module.updates == 5 and module.policy_version == 5
+    assert module.updates == 5
+    assert module.policy_version == 5
     assert dm.env_steps == 64 * 5  # no prefetched extra rollout
 
 
 def test_run_stops_at_env_step_budget_or_max_steps(tmp_path):
     module, dm = tiny_ppo(total_env_steps=200)  # 64 per update → 4 updates (rounded up)
     trainer(tmp_path).fit(module, dm)
-    assert module.updates == 4 and dm.env_steps == 256
+    assert module.updates == 4
+    assert dm.env_steps == 256
     module, dm = tiny_ppo(total_env_steps=10_000)
     t = trainer(tmp_path, max_steps=8)  # global_step counts optimiser steps: 2 epochs × 2 minibatches per update
     t.fit(module, dm)
-    assert module.updates == 2 and t.global_step == 8
+    assert module.updates == 2
+    assert t.global_step == 8
 
 
 def _run(tmp_path, seed):

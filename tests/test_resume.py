@@ -40,11 +40,14 @@ def test_resume_continues_exactly_where_it_stopped(tmp_path):
     first, _, first_rows, _ = _fit(tmp_path / "b", 3)
     last = tmp_path / "b" / "ckpt" / "last.ckpt"
     resumed, resumed_dm, resumed_rows, evaluation = _fit(tmp_path / "b", 6, ckpt_path=str(last))
-    assert first.updates == 3 and resumed.updates == 6 and resumed.policy_version == 6
+    assert first.updates == 3
+    assert resumed.updates == 6
+    assert resumed.policy_version == 6
     assert resumed.parent_version == 3
     assert resumed_dm.env_steps == straight_dm.env_steps == 6 * 64
     assert first_rows + resumed_rows == straight_rows  # same losses: RNG, env state and optimiser restored
-    assert evaluation.random_return is not None and evaluation.last_updates == 6
+    assert evaluation.random_return is not None
+    assert evaluation.last_updates == 6
     for a, b in zip(straight.parameters(), resumed.parameters()):
         assert torch.equal(a, b)
 
@@ -64,6 +67,7 @@ def test_checkpoint_of_another_family_is_refused(tmp_path):
 def test_load_from_checkpoint_rebuilds_the_module(tmp_path):
     module, _, _, _ = _fit(tmp_path, 2)
     loaded = PPO.load_from_checkpoint(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
-    assert loaded.env_spec == module.env_spec and loaded.updates == 2
+    assert loaded.env_spec == module.env_spec
+    assert loaded.updates == 2
     for a, b in zip(loaded.parameters(), module.parameters()):
         assert torch.equal(a, b)

@@ -44,9 +44,7 @@ class RLModule(pl.LightningModule):
         self._seeded = False
 
     @abstractmethod
-    def act(
-        self, td: TensorDict, generator: torch.Generator | None = None, deterministic: bool = False
-    ) -> TensorDict:
+    def act(self, td: TensorDict, generator: torch.Generator | None = None, deterministic: bool = False) -> TensorDict:
         """The acting policy: ``obs`` (+ ``action_mask``) in; ``action`` (+ algorithm extras) out."""
 
     def check_config(self, datamodule: Any) -> None:  # noqa: B027 - optional hook

@@ -91,9 +91,7 @@ class PPO(RLModule):
         return D.masked_logits(self.actor(features), td.get(keys.ACTION_MASK, None))
 
     @torch.no_grad()
-    def act(
-        self, td: TensorDict, generator: torch.Generator | None = None, deterministic: bool = False
-    ) -> TensorDict:
+    def act(self, td: TensorDict, generator: torch.Generator | None = None, deterministic: bool = False) -> TensorDict:
         features = self._features(td)
         out: dict[str, torch.Tensor] = {}
         if self.env_spec.discrete:

@@ -40,6 +40,17 @@ class RLCheckpoint(ModelCheckpoint):
         self.every_n_env_steps = every_n_env_steps
         self.last_saved_env_steps = 0
 
+    @property
+    @override
+    def state_key(self) -> str:
+        return self._generate_state_key(
+            monitor=self.monitor,
+            mode=self.mode,
+            every_n_updates=self.every_n_updates,
+            every_n_env_steps=self.every_n_env_steps,
+            filename=self.filename,
+        )
+
     def should_save(self, pl_module: Any) -> bool:
         if self.every_n_updates is not None:
             return pl_module.updates % self.every_n_updates == 0
@@ -47,9 +58,7 @@ class RLCheckpoint(ModelCheckpoint):
         return pl_module.env_steps // self.every_n_env_steps > self.last_saved_env_steps // self.every_n_env_steps
 
     @override
-    def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self._should_skip_saving_checkpoint(trainer) or not self.should_save(pl_module):
             return
         self.save_now(trainer, pl_module)

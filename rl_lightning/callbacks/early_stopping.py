@@ -23,9 +23,7 @@ class EarlyStopping(LightningEarlyStopping):
         self._last_checked_updates = -1
 
     @override
-    def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self._just_evaluated(trainer, pl_module):
             self._last_checked_updates = pl_module.updates
             self._run_early_stopping_check(trainer)

@@ -67,6 +67,16 @@ class Evaluation(Callback):
         self.eval_seconds = 0.0  # wall time spent evaluating (benchmarks subtract it from training time)
         self.history: list[dict[str, float]] = []
 
+    @property
+    @override
+    def state_key(self) -> str:
+        return self._generate_state_key(
+            every_n_updates=self.every_n_updates,
+            every_n_env_steps=self.every_n_env_steps,
+            num_episodes=self.num_episodes,
+            deterministic=self.deterministic,
+        )
+
     def should_evaluate(self, pl_module: Any) -> bool:
         """Cadence predicate: overridable, evaluated identically on every rank (counters are global)."""
         if self.every_n_updates is not None:
@@ -75,9 +85,7 @@ class Evaluation(Callback):
         return pl_module.env_steps // self.every_n_env_steps > self.last_env_steps // self.every_n_env_steps
 
     @override
-    def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if trainer.sanity_checking or not self.should_evaluate(pl_module):
             return
         self.evaluate(trainer, pl_module)
@@ -93,7 +101,9 @@ class Evaluation(Callback):
         env = self.env if self.env is not None else copy.deepcopy(trainer.datamodule.env)
         seed = self.seed + 1_000 * trainer.global_rank
         if self.random_return is None:
-            random_returns, _ = run_episodes("random", env, self.num_episodes, pl_module.device, seed, True, self.max_steps)
+            random_returns, _ = run_episodes(
+                "random", env, self.num_episodes, pl_module.device, seed, True, self.max_steps
+            )
             self.random_return = float(trainer.strategy.reduce(random_returns.mean(), reduce_op="mean"))
         was_training = pl_module.training
         pl_module.eval()

@@ -17,14 +17,16 @@ from rl_lightning.errors import ConfigError
 
 
 class FailFast(Callback):
-    """Checks config arithmetic at setup, then every update's loss, grad norm and parameters (DESIGN.md §7).
+    """Stops the run after the first update whose loss, grad norm or parameters are non-finite (DESIGN.md §7).
 
+    After each update (``on_train_batch_end``) it tests the module's last logged ``train/*`` values and all
+    parameters for NaN/inf with one host sync. On failure it writes ``failfast_bundle_rank{r}.pt`` (update, env
+    steps, offending names, the rollout batch, weights, optimiser state and minibatch generator from just before
+    the update, weights after it, module class and hyper-parameters) into the log dir, then raises
+    ``FloatingPointError`` naming the file; ``reproduce(path)`` replays that update standalone. Nothing already
+    written is touched, and the checkpoint callbacks (which Lightning runs last) never save the bad update.
     Config arithmetic (minibatches vs rollout, budget vs one update) is checked earlier, by the datamodule's
-    ``setup`` before any env is built, so it holds with or without this callback. After each update (``on_train_batch_end``) it tests the
-    module's last logged ``train/*`` values and all parameters for NaN/inf with one host sync. On failure it
-    writes ``failfast_bundle.pt`` (update, env steps, offending names, the rollout batch, module weights before
-    and after the update, hyper-parameters and the resolved CLI config when there is one) into the log dir, then
-    raises ``FloatingPointError`` naming the file. Nothing already written is touched.
+    ``setup`` before any env is built, so it holds with or without this callback.
 
     Args:
         check_every_n_updates: test every this many updates (1 = every update).
@@ -49,9 +51,7 @@ class FailFast(Callback):
             }
 
     @override
-    def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if not self._due(pl_module):
             return
         bad = self.non_finite(pl_module)
@@ -81,19 +81,17 @@ class FailFast(Callback):
         directory = Path(self.bundle_dir or trainer.log_dir or trainer.default_root_dir)
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"failfast_bundle_rank{trainer.global_rank}.pt"
-        config = getattr(trainer, "rl_lightning_config", None)
         rollout = getattr(getattr(trainer.datamodule, "last_rollout", None), "batch", None)
         bundle = {
             "updates": pl_module.updates,
             "env_steps": pl_module.env_steps,
             "non_finite": bad,
-            "metrics": {k: v for k, v in getattr(pl_module, "last_metrics", {}).items()},
+            "metrics": dict(getattr(pl_module, "last_metrics", {}).items()),
             "batch": None if rollout is None else rollout.cpu(),
             "before": self._before,
             "weights_after": {k: v.detach().cpu() for k, v in pl_module.state_dict().items()},
             "hparams": dict(pl_module.hparams),
             "module_class": f"{type(pl_module).__module__}.{type(pl_module).__qualname__}",
-            "config": config,
         }
         tmp = path.with_suffix(".tmp")
         torch.save(bundle, tmp)

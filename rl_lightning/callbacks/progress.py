@@ -36,9 +36,7 @@ class EnvStepProgressBar(TQDMProgressBar):
         bar.n = getattr(trainer.lightning_module, "env_steps", 0)
 
     @override
-    def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         bar = self.train_progress_bar
         if bar is None or bar.disable or (batch_idx + 1) % max(self.refresh_rate, 1) != 0:
             return

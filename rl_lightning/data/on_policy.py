@@ -191,7 +191,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
             self.collector = None
 
 
-@dataclass(frozen=True)
+@dataclass  # not frozen: Lightning rebuilds batches when moving them to a device
 class EvalRequest:
     """The one "batch" of ``validate``/``test``: play ``num_episodes`` episodes with env seed ``seed``."""
 

@@ -15,6 +15,7 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning import keys
+from rl_lightning.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ def physics_dtype(name: str, env: str) -> torch.dtype:
         ValueError: naming the env, the bad value and the valid choices.
     """
     if name not in _PHYSICS_DTYPES:
-        raise ValueError(f"{env}: dtype={name!r} is not supported; choose one of {sorted(_PHYSICS_DTYPES)}")
+        raise ConfigError(f"{env}: dtype={name!r} is not supported; choose one of {sorted(_PHYSICS_DTYPES)}")
     return _PHYSICS_DTYPES[name]
 
 
@@ -145,7 +146,7 @@ class BatchedEnv:
         self, env: TorchEnv, num_envs: int, device: str | torch.device = "cpu", seed: int = 0, check: bool = False
     ) -> None:
         if num_envs < 1:
-            raise ValueError(f"num_envs={num_envs}: must be >= 1")
+            raise ConfigError(f"num_envs={num_envs}: must be >= 1")
         self.env = env
         self.num_envs = num_envs
         self.device = torch.device(device)

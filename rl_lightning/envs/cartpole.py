@@ -9,6 +9,7 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.envs.base import EnvSpec, TorchEnv, physics_dtype
+from rl_lightning.errors import ConfigError
 
 
 class CartPole(TorchEnv):
@@ -40,7 +41,7 @@ class CartPole(TorchEnv):
 
     def __init__(self, max_episode_steps: int = 500, dtype: str = "float32") -> None:
         if max_episode_steps < 0:
-            raise ValueError(f"CartPole: max_episode_steps={max_episode_steps} must be >= 0 (0 = never truncate)")
+            raise ConfigError(f"CartPole: max_episode_steps={max_episode_steps} must be >= 0 (0 = never truncate)")
         self.max_episode_steps = max_episode_steps
         self.dtype = physics_dtype(dtype, "CartPole")
         self.spec = EnvSpec(

@@ -24,6 +24,7 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.envs.base import EnvSpec, TorchEnv
+from rl_lightning.errors import ConfigError
 
 SNAPSHOT = "snapshot"
 
@@ -35,7 +36,7 @@ def _check_env_id(env_id: str) -> None:
     except gymnasium.error.Error as err:
         matches = difflib.get_close_matches(env_id, list(gymnasium.envs.registry), n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(repr(m) for m in matches)}? " if matches else ""
-        raise ValueError(
+        raise ConfigError(
             f"GymnasiumEnv: unknown env id {env_id!r} ({err}); {hint}use an id from gymnasium.envs.registry, "
             f"importing the package that registers it first (or pass 'module:EnvId')"
         ) from None
@@ -45,7 +46,7 @@ def _spec_from(env_id: str, env: gymnasium.Env) -> EnvSpec:
     """Build an ``EnvSpec`` from the spaces, or raise a ``ValueError`` that lists what is supported."""
     obs_space, act_space = env.observation_space, env.action_space
     if not isinstance(obs_space, spaces.Box):
-        raise ValueError(
+        raise ConfigError(
             f"GymnasiumEnv({env_id!r}): observation space {obs_space} is not supported; "
             "supported: Box observations (cast to float32)"
         )
@@ -61,7 +62,7 @@ def _spec_from(env_id: str, env: gymnasium.Env) -> EnvSpec:
             action_high=tuple(float(v) for v in act_space.high.reshape(-1)),
             **common,
         )
-    raise ValueError(
+    raise ConfigError(
         f"GymnasiumEnv({env_id!r}): action space {act_space} is not supported; supported: Discrete(n) and Box"
     )
 

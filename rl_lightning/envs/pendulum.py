@@ -9,6 +9,7 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.envs.base import EnvSpec, TorchEnv, physics_dtype
+from rl_lightning.errors import ConfigError
 
 
 def angle_normalize(x: torch.Tensor) -> torch.Tensor:
@@ -40,7 +41,7 @@ class Pendulum(TorchEnv):
 
     def __init__(self, g: float = 10.0, max_episode_steps: int = 200, dtype: str = "float32") -> None:
         if max_episode_steps < 0:
-            raise ValueError(f"Pendulum: max_episode_steps={max_episode_steps} must be >= 0 (0 = never truncate)")
+            raise ConfigError(f"Pendulum: max_episode_steps={max_episode_steps} must be >= 0 (0 = never truncate)")
         self.g = g
         self.max_episode_steps = max_episode_steps
         self.dtype = physics_dtype(dtype, "Pendulum")

@@ -1,0 +1,44 @@
+"""Run by tests/test_ddp.py: a 2-process CPU (gloo) PPO fit; each rank writes what it saw to a JSON file."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from rl_lightning.lineage import weights_digest
+from tests.helpers import tiny_ppo, trainer
+
+
+class Record(Callback):
+    def __init__(self):
+        self.rows = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        rollout = trainer.datamodule.last_rollout.batch
+        self.rows.append(
+            {
+                "digest": weights_digest(pl_module),
+                "env_steps": pl_module.env_steps,
+                "first_obs": rollout["obs"][0].flatten().tolist(),
+                "episode_return": float(pl_module.last_metrics.get("rollout/episode_return", float("nan"))),
+            }
+        )
+
+
+def main(out_dir: str) -> None:
+    torch.set_num_threads(1)
+    pl.seed_everything(0)
+    module, dm = tiny_ppo(total_env_steps=64 * 2 * 3)  # 3 updates of 64 steps on each of 2 ranks
+    record = Record()
+    t = trainer(out_dir, callbacks=[record], strategy="ddp", devices=2)
+    t.fit(module, dm)
+    Path(out_dir, f"rank{t.global_rank}.json").write_text(json.dumps({"rows": record.rows, "updates": module.updates}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

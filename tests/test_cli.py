@@ -1,0 +1,159 @@
+"""In-process CLI runs of every bundled config and callback fragment, and the bad-input errors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rl_lightning.cli import bundled_dirs, cli_main, main
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+FRAGMENTS = sorted((ROOT / "callbacks").glob("*.yaml"))
+
+
+def _fast_overrides(tmp_path: Path, config: Path) -> list[str]:
+    text = config.read_text()
+    num_envs = 16 if "Pendulum" in text else 32 if "TicTacToe" in text else 8
+    return [
+        "--data.init_args.num_steps",
+        "16",
+        "--data.init_args.total_env_steps",
+        str(num_envs * 16 * 2),
+        "--model.init_args.update_epochs",
+        "1",
+        "--model.init_args.num_minibatches",
+        "2",
+        "--trainer.logger.init_args.save_dir",
+        str(tmp_path / "runs"),
+        "--trainer.enable_progress_bar",
+        "false",
+    ]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
+def test_every_config_fits_by_name_from_another_directory(tmp_path, monkeypatch, config):
+    monkeypatch.chdir(tmp_path)  # bundled configs resolve by bare name from any directory
+    cli = cli_main(["fit", "--config", config.stem, *_fast_overrides(tmp_path, config)])
+    assert cli.model.updates == 2
+    log_dir = Path(cli.trainer.log_dir)
+    assert (log_dir / "config.yaml").is_file()  # SaveConfigCallback
+    assert list(log_dir.glob("events.out.tfevents.*"))  # TensorBoard
+    assert (log_dir / "checkpoints" / "last.ckpt").is_file()
+
+
+@pytest.mark.parametrize("fragment", FRAGMENTS, ids=lambda p: p.name)
+def test_every_callback_fragment_appends(tmp_path, monkeypatch, fragment):
+    monkeypatch.chdir(tmp_path)
+    config = ROOT / "configs" / "ppo.yaml"
+    cli = cli_main(
+        ["fit", "--config", "ppo.yaml", "--config", f"callbacks/{fragment.name}", *_fast_overrides(tmp_path, config)]
+    )
+    names = [type(cb).__name__ for cb in cli.trainer.callbacks]
+    assert names.count("Evaluation") >= 1
+    assert "FailFast" in names
+    expected = {
+        "eval": "Evaluation",
+        "fail_fast": "FailFast",
+        "checkpoint": "RLCheckpoint",
+        "early_stopping": "EarlyStopping",
+    }[fragment.stem]
+    base = {"Evaluation": 1, "FailFast": 1, "RLCheckpoint": 1, "EarlyStopping": 0}
+    assert names.count(expected) == base[expected] + 1
+
+
+def test_validate_and_test_play_evaluation_episodes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = ROOT / "configs" / "ppo.yaml"
+    cli = cli_main(["fit", "--config", "ppo", *_fast_overrides(tmp_path, config)])
+    ckpt = Path(cli.trainer.log_dir) / "checkpoints" / "last.ckpt"
+    for command, key in (("validate", "eval/episode_return"), ("test", "test/episode_return")):
+        cli = cli_main(
+            [
+                command,
+                "--config",
+                "ppo",
+                "--ckpt_path",
+                str(ckpt),
+                *_fast_overrides(tmp_path, config)[8:],
+                "--data.init_args.eval_episodes",
+                "3",
+            ]
+        )
+        assert key in cli.trainer.callback_metrics
+
+
+def test_resume_with_ckpt_path_last_continues_counters(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = ROOT / "configs" / "ppo.yaml"
+    args = _fast_overrides(tmp_path, config)
+    first = cli_main(["fit", "--config", "ppo", *args])
+    assert first.model.updates == 2
+    args[args.index("--data.init_args.total_env_steps") + 1] = str(8 * 16 * 4)
+    second = cli_main(["fit", "--config", "ppo", *args, "--ckpt_path", "last"])
+    assert second.model.updates == 4
+    assert second.datamodule.env_steps == 8 * 16 * 4
+    assert second.model.parent_version == 2
+
+
+def _run_main(args, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code != 0
+    return capsys.readouterr().err
+
+
+BAD_INPUTS = [
+    (["--model.init_args.clip_coeff", "0.1"], "clip_coeff"),  # mistyped key
+    (["--data.init_args.num_envs", "0"], "num_envs"),
+    (["--model.init_args.num_minibatches", "7"], "num_minibatches"),
+    (
+        ["--data.init_args.env", "rl_lightning.envs.GymnasiumEnv", "--data.init_args.env.env_id", "CartPol-v1"],
+        "CartPol-v1",
+    ),
+    (["--num_threads", "0"], "num_threads"),
+]
+
+
+@pytest.mark.parametrize(("extra", "field"), BAD_INPUTS, ids=[f for _, f in BAD_INPUTS])
+def test_bad_input_fails_before_training_with_one_clear_line(tmp_path, monkeypatch, capsys, extra, field):
+    monkeypatch.chdir(tmp_path)
+    err = _run_main(
+        ["fit", "--config", "ppo", "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"), *extra], capsys
+    )
+    error_lines = [line for line in err.splitlines() if "error" in line.lower()]
+    assert error_lines
+    assert field in error_lines[-1]
+    assert not list(tmp_path.rglob("*.ckpt"))  # nothing trained, nothing written
+
+
+def test_unknown_config_name_lists_bundled_ones(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    err = _run_main(["fit", "--config", "ppo_cartpol"], capsys)
+    assert "ppo_cartpol" in err
+    assert "configs/ppo.yaml" in err
+
+
+def test_checkpoint_of_another_algorithm_is_refused_by_the_cli(tmp_path, monkeypatch, capsys):
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    config = ROOT / "configs" / "ppo.yaml"
+    cli = cli_main(["fit", "--config", "ppo", *_fast_overrides(tmp_path, config)])
+    ckpt = Path(cli.trainer.log_dir) / "checkpoints" / "last.ckpt"
+    data = torch.load(ckpt, weights_only=False)
+    data["policy_revision"]["family"] = "dreamer"
+    torch.save(data, tmp_path / "dreamer.ckpt")
+    before = sorted(os.listdir(Path(cli.trainer.log_dir) / "checkpoints"))
+    err = _run_main(
+        ["fit", "--config", "ppo", *_fast_overrides(tmp_path, config), "--ckpt_path", str(tmp_path / "dreamer.ckpt")],
+        capsys,
+    )
+    assert "family 'dreamer'" in err.splitlines()[-1]
+    assert sorted(os.listdir(Path(cli.trainer.log_dir) / "checkpoints")) == before
+
+
+def test_bundled_dirs_found():
+    assert bundled_dirs()
