@@ -171,9 +171,9 @@ def build_cli(config: str, seed: int, extra: list[str] | None = None) -> Any:
         return cli_main([*args, *(extra or [])], run=False)
 
 
-def run_learning(task: Task, seed: int) -> RunResult:
+def run_learning(task: Task, seed: int, extra: list[str] | None = None) -> RunResult:
     torch.set_num_threads(1)
-    cli = build_cli(task.config, seed)
+    cli = build_cli(task.config, seed, extra)
     callback = TargetEvaluation(
         task.metric,
         task.target,
@@ -363,9 +363,7 @@ class StepTimer(pl.Callback):
             self.gap_seconds.append(now - self._end)
         self._start = now
 
-    def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         assert self._start is not None
         self._end = time.perf_counter()
         self.step_seconds.append(self._end - self._start)
@@ -447,8 +445,8 @@ def print_overhead(r: dict[str, Any]) -> None:
     )
     per_update = r["fit_seconds"] / max(r["updates"], 1)
     print(
-        f"  fit wall (bare updates excluded) {r['fit_seconds']:.2f} s for {r['env_steps']} env steps ({per_update * ms:.1f} ms/update incl. "
-        f"setup, {r['env_steps'] / r['fit_seconds']:,.0f} env steps/s end to end)"
+        f"  fit wall (bare updates excluded) {r['fit_seconds']:.2f} s for {r['env_steps']} env steps "
+        f"({per_update * ms:.1f} ms/update incl. setup, {r['env_steps'] / r['fit_seconds']:,.0f} env steps/s)"
     )
 
 
@@ -463,6 +461,13 @@ def main() -> None:
         "--sections", default="learning,throughput,overhead", help="comma list of learning,throughput,overhead"
     )
     parser.add_argument("--verbose", action="store_true", help="print every evaluation of every run")
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra CLI setting for every learning run (tuning), e.g. --override model.init_args.lr=3e-4",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     seeds = args.seeds if args.seeds is not None else (1 if args.quick else 3)
@@ -481,7 +486,8 @@ def main() -> None:
         for key in envs:
             results[key] = []
             for seed in range(args.seed_offset, args.seed_offset + seeds):
-                r = run_learning(TASKS[key], seed)
+                extra = [part for kv in args.override for part in ("--" + kv.split("=", 1)[0], kv.split("=", 1)[1])]
+                r = run_learning(TASKS[key], seed, extra)
                 results[key].append(r)
                 print(
                     f"  [{TASKS[key].name} seed {seed}] crossed={r.crossed} env_steps={r.env_steps} "
