@@ -8,6 +8,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 from typing_extensions import override
 
+from rl_lightning.callbacks.cadence import cadence_due, check_cadence
 from rl_lightning.errors import ConfigError
 
 
@@ -26,11 +27,7 @@ class RLCheckpoint(ModelCheckpoint):
     """
 
     def __init__(self, every_n_updates: int | None = None, every_n_env_steps: int | None = None, **kwargs: Any):
-        if (every_n_updates is None) == (every_n_env_steps is None):
-            raise ConfigError(
-                "RLCheckpoint: set exactly one of every_n_updates or every_n_env_steps "
-                f"(got every_n_updates={every_n_updates}, every_n_env_steps={every_n_env_steps})"
-            )
+        check_cadence("RLCheckpoint", every_n_updates, every_n_env_steps)
         for name in ("every_n_train_steps", "every_n_epochs", "train_time_interval"):
             if kwargs.get(name):
                 raise ConfigError(f"RLCheckpoint: {name} is not supported; use every_n_updates or every_n_env_steps")
@@ -52,10 +49,7 @@ class RLCheckpoint(ModelCheckpoint):
         )
 
     def should_save(self, pl_module: Any) -> bool:
-        if self.every_n_updates is not None:
-            return pl_module.updates % self.every_n_updates == 0
-        assert self.every_n_env_steps is not None
-        return pl_module.env_steps // self.every_n_env_steps > self.last_saved_env_steps // self.every_n_env_steps
+        return cadence_due(pl_module, self.every_n_updates, self.every_n_env_steps, self.last_saved_env_steps)
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:

@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from rl_lightning.callbacks.cadence import cadence_due, check_cadence
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.errors import ConfigError
 from rl_lightning.evaluation import run_episodes
@@ -44,14 +45,7 @@ class Evaluation(Callback):
         seed: int = 12_345,
         max_steps: int = 10_000,
     ) -> None:
-        if (every_n_updates is None) == (every_n_env_steps is None):
-            raise ConfigError(
-                "Evaluation: set exactly one of every_n_updates or every_n_env_steps "
-                f"(got every_n_updates={every_n_updates}, every_n_env_steps={every_n_env_steps})"
-            )
-        for name, value in (("every_n_updates", every_n_updates), ("every_n_env_steps", every_n_env_steps)):
-            if value is not None and value < 1:
-                raise ConfigError(f"Evaluation: {name}={value} must be >= 1")
+        check_cadence("Evaluation", every_n_updates, every_n_env_steps)
         if num_episodes < 1:
             raise ConfigError(f"Evaluation: num_episodes={num_episodes} must be >= 1")
         self.every_n_updates = every_n_updates
@@ -79,10 +73,7 @@ class Evaluation(Callback):
 
     def should_evaluate(self, pl_module: Any) -> bool:
         """Cadence predicate: overridable, evaluated identically on every rank (counters are global)."""
-        if self.every_n_updates is not None:
-            return pl_module.updates % self.every_n_updates == 0
-        assert self.every_n_env_steps is not None
-        return pl_module.env_steps // self.every_n_env_steps > self.last_env_steps // self.every_n_env_steps
+        return cadence_due(pl_module, self.every_n_updates, self.every_n_env_steps, self.last_env_steps)
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
