@@ -23,10 +23,11 @@ def run_episodes(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Play the first episode of each of ``num_episodes`` env rows; returns ``(returns, lengths)``, each ``[N]``.
 
-    ``policy`` is an ``RLModule`` (its ``act``) or the string ``"random"`` for a uniform-random baseline
-    (uniform over legal actions, or over the box bounds).
+    ``policy`` is an ``RLModule`` (its ``acting_policy`` in evaluation mode) or the string ``"random"`` for a
+    uniform-random baseline (uniform over legal actions, or over the box bounds).
     """
     batched = BatchedEnv(env, num_episodes, device, seed=seed)
+    act = None if policy == "random" else policy.acting_policy(batched, deterministic, training=False)  # type: ignore[attr-defined]
     generator = torch.Generator(device=device).manual_seed(seed + 1)
     obs = batched.reset()
     returns = torch.zeros(num_episodes, device=device)
@@ -34,10 +35,7 @@ def run_episodes(
     running = torch.ones(num_episodes, dtype=torch.bool, device=device)
     try:
         for step in range(max_steps):
-            if policy == "random":
-                action = random_action(env.spec, obs, generator)
-            else:
-                action = policy.act(obs, generator, deterministic=deterministic)[keys.ACTION]  # type: ignore[attr-defined]
+            action = random_action(env.spec, obs, generator) if act is None else act(obs, generator)[keys.ACTION]
             out = batched.step(action)
             returns += out[keys.REWARD] * running
             lengths += running.float()

@@ -21,3 +21,9 @@ POLICY_VERSION = "policy_version"
 NEXT_VALUE = "next_value"  # V(final_obs) of each step
 ADVANTAGE = "advantage"
 RETURN = "return"
+
+# SPO search outputs, stored per replay row (spo.md §1.4).
+SAMPLED_ACTIONS = "sampled_actions"  # [N(, D)] the surviving particles' root actions: the target's support
+SAMPLED_WEIGHTS = "sampled_weights"  # [N] their normalised weights softmax(w / η): the target q̂
+SAMPLED_ADVANTAGES = "sampled_advantages"  # [N] per-particle search advantages (temperature dual)
+SEARCH_VALUE = "search_value"  # V(s_0) at the root (diagnostic; no loss reads it)

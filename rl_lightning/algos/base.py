@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import os
 from abc import abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 import torch
 from tensordict import TensorDict
 
-from rl_lightning.envs.base import EnvSpec
+from rl_lightning.envs.base import BatchedEnv, EnvSpec
 from rl_lightning.errors import ConfigError
 from rl_lightning.lineage import REVISION_KEY, PolicyRevision, check_family, weights_digest
 
 COUNTERS_KEY = "rl_counters"
+
+#: What collectors and evaluators step an env with: ``(obs, generator) -> TensorDict`` holding ``action``.
+Policy = Callable[[TensorDict, torch.Generator], TensorDict]
 
 
 class RLModule(pl.LightningModule):
@@ -27,6 +31,8 @@ class RLModule(pl.LightningModule):
     """
 
     family: ClassVar[str] = ""
+    #: Whether evaluation acts deterministically unless the ``Evaluation`` callback says otherwise.
+    eval_deterministic: bool = True
 
     def __init__(self, env_spec: EnvSpec | None = None) -> None:
         super().__init__()
@@ -46,6 +52,13 @@ class RLModule(pl.LightningModule):
     @abstractmethod
     def act(self, td: TensorDict, generator: torch.Generator | None = None, deterministic: bool = False) -> TensorDict:
         """The acting policy: ``obs`` (+ ``action_mask``) in; ``action`` (+ algorithm extras) out."""
+
+    def acting_policy(self, env: BatchedEnv, deterministic: bool = False, training: bool = True) -> Policy:
+        """The policy a collector (``training=True``) or evaluator steps ``env`` with.
+
+        The default is ``act``; search-based algorithms (SPO) override it to read ``env``'s current state.
+        """
+        return lambda obs, generator: self.act(obs, generator, deterministic=deterministic)
 
     def check_config(self, datamodule: Any) -> None:  # noqa: B027 - optional hook
         """Setup-time arithmetic between module and datamodule; raise ``ValueError`` naming the fields."""
@@ -102,7 +115,9 @@ class RLModule(pl.LightningModule):
 
         env = self.trainer.datamodule.env
         seed = request.seed + 1_000 * self.trainer.global_rank
-        returns, lengths = run_episodes(self, env, request.num_episodes, self.device, seed, deterministic=True)
+        returns, lengths = run_episodes(
+            self, env, request.num_episodes, self.device, seed, deterministic=self.eval_deterministic
+        )
         self.log_dict(
             {f"{prefix}/episode_return": returns.mean(), f"{prefix}/episode_length": lengths.mean()},
             sync_dist=True,

@@ -5,5 +5,6 @@ from rl_lightning.callbacks.early_stopping import EarlyStopping
 from rl_lightning.callbacks.evaluation import Evaluation
 from rl_lightning.callbacks.fail_fast import FailFast
 from rl_lightning.callbacks.progress import EnvStepProgressBar
+from rl_lightning.callbacks.soft_target_update import SoftTargetUpdate
 
-__all__ = ["EarlyStopping", "EnvStepProgressBar", "Evaluation", "FailFast", "RLCheckpoint"]
+__all__ = ["EarlyStopping", "EnvStepProgressBar", "Evaluation", "FailFast", "RLCheckpoint", "SoftTargetUpdate"]

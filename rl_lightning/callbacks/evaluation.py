@@ -29,7 +29,8 @@ class Evaluation(Callback):
         every_n_updates: evaluate after every this many learner updates.
         every_n_env_steps: evaluate each time the env-step counter crosses a multiple of this.
         num_episodes: episodes per evaluation (one per env row, run in parallel).
-        deterministic: act with the policy's mode (``False``: sample, as in training).
+        deterministic: act with the policy's mode (``False``: sample, as in training); ``None`` takes the
+            algorithm's evaluation default (PPO: the mode; SPO: a draw from the search target, as published).
         env: the env core to evaluate on; ``None`` copies the datamodule's.
         seed: seed of the evaluation env; every evaluation replays the same start states.
         max_steps: safety bound on steps per evaluation.
@@ -40,7 +41,7 @@ class Evaluation(Callback):
         every_n_updates: int | None = None,
         every_n_env_steps: int | None = None,
         num_episodes: int = 10,
-        deterministic: bool = True,
+        deterministic: bool | None = None,
         env: TorchEnv | None = None,
         seed: int = 12_345,
         max_steps: int = 10_000,
@@ -98,8 +99,9 @@ class Evaluation(Callback):
             self.random_return = float(trainer.strategy.reduce(random_returns.mean(), reduce_op="mean"))
         was_training = pl_module.training
         pl_module.eval()
+        deterministic = pl_module.eval_deterministic if self.deterministic is None else self.deterministic
         returns, lengths = run_episodes(
-            pl_module, env, self.num_episodes, pl_module.device, seed, self.deterministic, self.max_steps
+            pl_module, env, self.num_episodes, pl_module.device, seed, deterministic, self.max_steps
         )
         pl_module.train(was_training)
         if self.env is None:

@@ -147,7 +147,8 @@ class OnPolicyDataModule(pl.LightningDataModule):
         if self.collector is None:
             raise RuntimeError("OnPolicyDataModule.collect called before setup()")
         module = self.trainer.lightning_module
-        batch = self.collector.rollout(module.act, self.num_steps, module.policy_version)
+        policy = module.acting_policy(self.collector.env, deterministic=False, training=True)
+        batch = self.collector.rollout(policy, self.num_steps, module.policy_version)
         self.local_env_steps += self.rollout_size
         batch = module.process_rollout(batch)
         now = time.perf_counter()

@@ -48,3 +48,79 @@ def normal_log_prob(mean: torch.Tensor, log_std: torch.Tensor, action: torch.Ten
 
 def normal_entropy(log_std: torch.Tensor) -> torch.Tensor:
     return (log_std + 0.5 * (1.0 + _LOG_2PI)).sum(-1)
+
+
+# Tanh-squashed, affinely rescaled Normal (Stoix ``NormalAffineTanhDistributionHead``), used by SPO for continuous
+# actions: u ~ N(mean, std), action = low + (tanh(u) + 1) / 2 · (high − low).
+
+_TANH_CLIP = 1.0 - 1e-6
+_LOG_2 = math.log(2.0)
+
+
+def tanh_normal_sample(
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    low: torch.Tensor,
+    high: torch.Tensor,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """Sample ``low + (tanh(mean + std · ε) + 1) / 2 · (high − low)`` with ``ε ~ N(0, I)`` from ``generator``.
+
+    Shape contract: ``mean``, ``std`` ``[..., D]``; ``low``, ``high`` broadcastable to them; returns ``[..., D]``
+    inside ``[low, high]`` (the bounds themselves can be reached when tanh saturates in floating point).
+    """
+    noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+    return low + (torch.tanh(mean + std * noise) + 1.0) * 0.5 * (high - low)
+
+
+def tanh_normal_log_prob(
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    action: torch.Tensor,
+    low: torch.Tensor,
+    high: torch.Tensor,
+) -> torch.Tensor:
+    """Log-density of the tanh-affine Normal, summed over the action dim; finite at the bounds.
+
+    Shape contract: ``mean``, ``std``, ``action`` broadcastable to ``[..., D]``; ``low``, ``high`` broadcastable to
+    ``[..., D]``; returns ``[...]``.
+
+    The action is mapped back to ``y ∈ (−1, 1)``, clipped to ``±(1 − 1e-6)`` so that the exact bounds stay finite, and
+    ``u = atanh(y)``; then ``log p(a) = log N(u; mean, std) − Σ_d log((high − low) / 2 · (1 − tanh(u)²))`` with
+    ``log(1 − tanh(u)²) = 2 (log 2 − u − softplus(−2u))`` for numerical stability.
+    """
+    half_range = (high - low) * 0.5
+    y = ((action - low) / half_range - 1.0).clamp(-_TANH_CLIP, _TANH_CLIP)
+    u = torch.atanh(y)
+    z = (u - mean) / std
+    log_normal = -0.5 * z.pow(2) - std.log() - 0.5 * _LOG_2PI
+    log_det = half_range.log() + 2.0 * (_LOG_2 - u - torch.nn.functional.softplus(-2.0 * u))
+    return (log_normal - log_det).sum(-1)
+
+
+def tanh_normal_mode(mean: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+    """The squashed pre-tanh mean ``low + (tanh(mean) + 1) / 2 · (high − low)`` (the deterministic action)."""
+    return low + (torch.tanh(mean) + 1.0) * 0.5 * (high - low)
+
+
+def normal_kl(mean_p: torch.Tensor, std_p: torch.Tensor, mean_q: torch.Tensor, std_q: torch.Tensor) -> torch.Tensor:
+    """Per-dimension ``KL(N(mean_p, std_p²) ‖ N(mean_q, std_q²))``, not summed (shape of the broadcast inputs)."""
+    var_ratio = (std_p / std_q).pow(2)
+    mean_term = ((mean_p - mean_q) / std_q).pow(2)
+    return 0.5 * (var_ratio + mean_term - 1.0 - var_ratio.log())
+
+
+def categorical_kl(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tensor:
+    """``KL(p ‖ q)`` over the last dim, from logits; safe with masked logits.
+
+    Entries where ``p`` is 0 (e.g. logits filled with the dtype's minimum by :func:`masked_logits`) contribute exactly
+    0, with a finite gradient. ``q`` must give positive probability wherever ``p`` does.
+
+    Shape contract: ``[..., A]`` each; returns ``[...]``.
+    """
+    log_p = logits_p.log_softmax(-1)
+    log_q = logits_q.log_softmax(-1)
+    p = log_p.exp()
+    # Mask the log-difference itself (not only the product) so that 0 · (−inf) never reaches autograd.
+    log_ratio = torch.where(p > 0, log_p - log_q, torch.zeros_like(log_p))
+    return (p * log_ratio).sum(-1)

@@ -2,5 +2,31 @@
 
 from rl_lightning.objectives.gae import generalized_advantage_estimate
 from rl_lightning.objectives.ppo import explained_variance, ppo_loss
+from rl_lightning.objectives.spo import (
+    DUAL_FLOOR,
+    clamp_duals_,
+    critic_loss,
+    critic_targets,
+    dual_value,
+    kl_trust_region,
+    particle_cross_entropy,
+    spo_continuous_policy_loss,
+    spo_discrete_policy_loss,
+    temperature_loss,
+)
 
-__all__ = ["explained_variance", "generalized_advantage_estimate", "ppo_loss"]
+__all__ = [
+    "DUAL_FLOOR",
+    "clamp_duals_",
+    "critic_loss",
+    "critic_targets",
+    "dual_value",
+    "explained_variance",
+    "generalized_advantage_estimate",
+    "kl_trust_region",
+    "particle_cross_entropy",
+    "ppo_loss",
+    "spo_continuous_policy_loss",
+    "spo_discrete_policy_loss",
+    "temperature_loss",
+]

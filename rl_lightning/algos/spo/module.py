@@ -1,0 +1,345 @@
+"""SPO (Macfarlane et al., NeurIPS 2024) as a LightningModule: SMC-search acting, one ``training_step`` per update."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from rl_lightning import keys
+from rl_lightning.algos.base import Policy, RLModule
+from rl_lightning.algos.spo.prior import ActorCriticPrior, gaussian_head
+from rl_lightning.algos.spo.search import SearchConfig, smc_search
+from rl_lightning.envs.base import BatchedEnv, EnvSpec
+from rl_lightning.errors import ConfigError
+from rl_lightning.networks import distributions as D
+from rl_lightning.networks.mlp import flat_size, mlp
+from rl_lightning.objectives import spo as L
+
+SEARCH_ESS = "search_ess"  # [depth] per row: diagnostics, logged and stripped before replay
+SEARCH_ALIVE = "search_alive"
+
+
+class SPO(RLModule):
+    """Sequential Monte Carlo Policy Optimisation with separate actor and critic MLPs and Polyak targets.
+
+    Acting runs SMC search (``algos/spo/search.py``) from the real envs' states with the online networks and
+    executes an action drawn from the search target q̂; each row stored in replay keeps the N root actions, their
+    weights and advantages. Each ``training_step`` pulls one ``ReplayUpdate`` (rollout already collected and
+    stored) and takes one gradient step per sampled batch on ``L_π + L_KL + L_α + L_η + L_V`` (spo.md §1.5), with
+    one Adam over three parameter groups (actor, critic, duals: separate learning rates and separately clipped
+    gradient norms, equivalent to Stoix's separate optimisers). ``SoftTargetUpdate(tau)`` is attached by
+    ``configure_callbacks`` and moves both targets after every gradient step. Discrete actions use a masked
+    categorical policy; box actions a tanh-squashed Normal with decoupled mean/std KL duals per dimension.
+
+    Args:
+        env_spec: linked from ``data.env_spec`` by the CLI.
+        hidden_sizes: hidden layer widths of actor and critic.
+        activation: ``tanh``, ``relu``, ``elu`` or ``silu``.
+        actor_lr: actor learning rate.
+        critic_lr: critic learning rate.
+        dual_lr: learning rate of the temperature and KL duals.
+        adam_eps: Adam epsilon.
+        max_grad_norm: gradient-norm clip applied to each group (actor, critic, duals) separately; 0 disables.
+        gamma: discount of the critic's GAE(λ) targets.
+        gae_lambda: λ of those targets.
+        vf_coef: critic loss weight.
+        tau: Polyak coefficient of the target actor (the KL anchor) and target critic, per gradient step.
+        num_particles: particles N per env.
+        search_depth: SMC depth h.
+        resample_mode: ``period`` or ``ess``.
+        resample_period: steps between resamples (``period`` mode).
+        ess_threshold: resample an env when ESS < this · N (``ess`` mode).
+        search_gamma: discount inside the search (1.0 as published; see spo.md §1.3 before changing it).
+        search_gae_lambda: λ of the per-particle search advantages.
+        dirichlet_alpha: root Dirichlet concentration (discrete).
+        root_noise_fraction: root exploration mix when acting for training (0 = off, as in Stoix).
+        adaptive_temperature: learn η from its dual; ``False`` uses ``fixed_temperature``.
+        fixed_temperature: η when not adaptive (e.g. 1e9 makes the target the prior: a negative control).
+        init_log_temperature: initial log-η parameter (η = softplus(·), so 3.0 means η ≈ 3.05).
+        epsilon: E-step KL bound ε of the temperature dual.
+        init_log_alpha: initial log-α of the KL trust region (discrete).
+        epsilon_alpha: KL bound of the trust region (discrete).
+        init_log_alpha_mean: initial log-α_μ per action dimension (continuous).
+        init_log_alpha_std: initial log-α_Σ per action dimension (continuous).
+        epsilon_alpha_mean: KL bound of the mean part per dimension (continuous).
+        epsilon_alpha_std: KL bound of the std part per dimension (continuous).
+        eval_greedy: evaluate with the target's greedy choice instead of a draw (published numbers sample).
+    """
+
+    family = "spo"
+
+    def __init__(
+        self,
+        env_spec: EnvSpec | None = None,
+        hidden_sizes: tuple[int, ...] = (256, 256),
+        activation: str = "relu",
+        actor_lr: float = 3e-4,
+        critic_lr: float = 3e-4,
+        dual_lr: float = 1e-3,
+        adam_eps: float = 1e-5,
+        max_grad_norm: float = 0.5,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        vf_coef: float = 1.0,
+        tau: float = 0.005,
+        num_particles: int = 16,
+        search_depth: int = 4,
+        resample_mode: str = "period",
+        resample_period: int = 4,
+        ess_threshold: float = 0.5,
+        search_gamma: float = 1.0,
+        search_gae_lambda: float = 1.0,
+        dirichlet_alpha: float = 0.03,
+        root_noise_fraction: float = 0.0,
+        adaptive_temperature: bool = True,
+        fixed_temperature: float = 0.5,
+        init_log_temperature: float = 3.0,
+        epsilon: float = 0.5,
+        init_log_alpha: float = 3.0,
+        epsilon_alpha: float = 1e-3,
+        init_log_alpha_mean: float = 10.0,
+        init_log_alpha_std: float = 500.0,
+        epsilon_alpha_mean: float = 0.05,
+        epsilon_alpha_std: float = 5e-4,
+        eval_greedy: bool = False,
+    ) -> None:
+        super().__init__(env_spec)
+        self.save_hyperparameters()
+        hp = self.hparams
+        self.search_config = SearchConfig(
+            num_particles, search_depth, resample_mode, resample_period, ess_threshold,
+            search_gamma, search_gae_lambda, dirichlet_alpha, root_noise_fraction,
+        )  # fmt: skip
+        self.search_config.check()
+        _check_hparams(hp)
+        spec = self.env_spec
+        obs_dim = flat_size(spec.obs_shape)
+        out_dim = spec.num_actions if spec.discrete else 2 * flat_size(spec.action_shape)
+        self.actor = mlp(obs_dim, out_dim, hidden_sizes, activation, output_gain=0.01)
+        self.critic = mlp(obs_dim, 1, hidden_sizes, activation, output_gain=1.0)
+        self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_temperature = nn.Parameter(
+            torch.tensor(float(init_log_temperature if adaptive_temperature else _inverse_softplus(fixed_temperature))),
+            requires_grad=adaptive_temperature,
+        )
+        if spec.discrete:
+            self.log_alpha = nn.Parameter(torch.tensor(float(init_log_alpha)))
+        else:
+            dims = flat_size(spec.action_shape)
+            self.log_alpha_mean = nn.Parameter(torch.full((dims,), float(init_log_alpha_mean)))
+            self.log_alpha_std = nn.Parameter(torch.full((dims,), float(init_log_alpha_std)))
+        self.prior = ActorCriticPrior(self.actor, self.critic, spec)
+        self.eval_deterministic = bool(hp.eval_greedy)
+        self._search_stats: dict[str, torch.Tensor] = {}
+        self.last_metrics: dict[str, Any] = {}
+
+    # ----- acting -------------------------------------------------------------------------------------------
+    def search_temperature(self) -> torch.Tensor:
+        """η the search reads: the learned dual (adaptive) or ``fixed_temperature``."""
+        if self.hparams.adaptive_temperature:
+            return L.dual_value(self.log_temperature.detach())
+        return torch.tensor(float(self.hparams.fixed_temperature), device=self.log_temperature.device)
+
+    @torch.no_grad()
+    def act(self, td: TensorDict, generator: torch.Generator | None = None, deterministic: bool = False) -> TensorDict:
+        """The raw prior π_θ, without search (for diagnostics; the collector and evaluator use ``acting_policy``)."""
+        params = self.prior.params(td)
+        action = self.prior.mode(params) if deterministic else self.prior.sample(params, generator)
+        return TensorDict({keys.ACTION: action}, batch_size=td.batch_size, device=td.device)
+
+    def acting_policy(self, env: BatchedEnv, deterministic: bool = False, training: bool = True) -> Policy:
+        """SMC search from ``env``'s current state; training adds root noise and records the search target."""
+
+        def policy(obs: TensorDict, generator: torch.Generator) -> TensorDict:
+            assert env.state is not None, "acting_policy needs a reset env"
+            result = smc_search(
+                env.env, env.state, obs, self.prior, self.search_config, self.search_temperature(), generator,
+                explore=training, greedy=deterministic,
+            )  # fmt: skip
+            out = {keys.ACTION: result.action}
+            if training:
+                out.update({
+                    keys.SAMPLED_ACTIONS: result.sampled_actions,
+                    keys.SAMPLED_WEIGHTS: result.weights,
+                    keys.SAMPLED_ADVANTAGES: result.advantages,
+                    keys.SEARCH_VALUE: result.root_value,
+                    SEARCH_ESS: result.ess.transpose(0, 1),
+                    SEARCH_ALIVE: result.alive.transpose(0, 1),
+                })  # fmt: skip
+            return TensorDict(out, batch_size=obs.batch_size, device=obs.device)
+
+        return policy
+
+    @torch.no_grad()
+    def process_rollout(self, batch: TensorDict) -> TensorDict:
+        """Take the search diagnostics out of a fresh rollout (kept for logging, not stored in replay)."""
+        if batch.numel() == 0:
+            raise ConfigError("SPO received an empty rollout; data.rollout_length and data.num_envs must be >= 1")
+        ess, alive = batch.pop(SEARCH_ESS), batch.pop(SEARCH_ALIVE)
+        stats: dict[str, torch.Tensor] = {}
+        if ess.shape[-1] > 0:
+            stats["search/ess"] = ess.mean()
+            stats["search/ess_final"] = ess[..., -1].mean()
+            stats["search/particles_alive"] = alive[..., -1].mean()
+        if self.env_spec.discrete:  # entropy of the aggregated target q̂(a) = Σ_{i: a_i = a} w̄_i
+            target = torch.zeros(*batch.batch_size, self.env_spec.num_actions, device=batch.device)
+            target.scatter_add_(-1, batch[keys.SAMPLED_ACTIONS], batch[keys.SAMPLED_WEIGHTS])
+            stats["search/target_entropy"] = -(target * target.clamp_min(1e-12).log()).sum(-1).mean()
+        self._search_stats = stats
+        return batch
+
+    # ----- learning -----------------------------------------------------------------------------------------
+    def target_networks(self) -> list[tuple[nn.Module, nn.Module]]:
+        """(online, target) pairs moved by ``SoftTargetUpdate``."""
+        return [(self.actor, self.target_actor), (self.critic, self.target_critic)]
+
+    def dual_parameters(self) -> list[nn.Parameter]:
+        duals = [self.log_temperature] if self.hparams.adaptive_temperature else []
+        if self.env_spec.discrete:
+            return [*duals, self.log_alpha]
+        return [*duals, self.log_alpha_mean, self.log_alpha_std]
+
+    def configure_callbacks(self) -> list[Any]:
+        from rl_lightning.callbacks.soft_target_update import SoftTargetUpdate
+
+        return [SoftTargetUpdate(tau=self.hparams.tau)]
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        hp = self.hparams
+        groups = [
+            {"params": list(self.actor.parameters()), "lr": hp.actor_lr, "name": "actor"},
+            {"params": list(self.critic.parameters()), "lr": hp.critic_lr, "name": "critic"},
+            {"params": self.dual_parameters(), "lr": hp.dual_lr, "name": "duals"},
+        ]
+        fused = self.device.type in ("cpu", "cuda")
+        return torch.optim.Adam(groups, eps=hp.adam_eps, fused=fused)
+
+    def training_step(self, dataloader_iter: Iterator[Any]) -> None:
+        update, _, _ = next(dataloader_iter)
+        terms = None
+        if update.batches is not None:
+            lag = self.policy_version - update.batches[keys.POLICY_VERSION].float().mean()
+            terms = self.update(update.batches, self.optimizers())
+            terms["lag"] = lag
+            self.mark_update()
+        self._log_update(update.stats, terms)
+
+    def update(self, batches: TensorDict, optimizer: Any) -> TensorDict:
+        """One update: a gradient step per ``[L, B]`` batch of ``batches`` ``[G, L, B]``; returns mean terms."""
+        totals: TensorDict | None = None
+        for index in range(batches.batch_size[0]):
+            terms = self._gradient_step(batches[index], optimizer)
+            totals = terms if totals is None else totals + terms
+        assert totals is not None
+        return totals / batches.batch_size[0]
+
+    def _gradient_step(self, seq: TensorDict, optimizer: Any) -> TensorDict:
+        terms = self.losses(seq)
+        loss = sum(v for k, v in terms.items() if k.startswith("loss_"))
+        optimizer.zero_grad(set_to_none=True)
+        if self._trainer is not None:
+            self.manual_backward(loss)
+        else:
+            loss.backward()
+        max_norm = self.hparams.max_grad_norm if self.hparams.max_grad_norm > 0 else float("inf")
+        for group in optimizer.param_groups:
+            terms[f"grad_norm_{group['name']}"] = torch.nn.utils.clip_grad_norm_(group["params"], max_norm)
+        optimizer.step()
+        L.clamp_duals_(self.dual_parameters())
+        return terms.detach()
+
+    def losses(self, seq: TensorDict) -> TensorDict:
+        """All loss terms and diagnostics on one ``[L, B]`` batch of replayed sequences (spo.md §1.5)."""
+        hp = self.hparams
+        flat = seq.reshape(-1)
+        features = self.prior.features(flat[keys.OBS])
+        out = self.actor(features)
+        with torch.no_grad():
+            target_out = self.target_actor(features)
+        args = (flat[keys.SAMPLED_ACTIONS], flat[keys.SAMPLED_WEIGHTS], flat[keys.SAMPLED_ADVANTAGES])
+        if self.env_spec.discrete:
+            mask = flat.get(keys.ACTION_MASK, None)
+            terms = L.spo_discrete_policy_loss(
+                D.masked_logits(out, mask), D.masked_logits(target_out, mask), *args,
+                self.log_temperature, self.log_alpha, hp.epsilon, hp.epsilon_alpha,
+            )  # fmt: skip
+        else:
+            (mean, std), (target_mean, target_std) = gaussian_head(out), gaussian_head(target_out)
+            low, high = self.prior.bounds(mean.device)
+            terms = L.spo_continuous_policy_loss(
+                mean, std, target_mean, target_std, *args, low, high, self.log_temperature,
+                self.log_alpha_mean, self.log_alpha_std, hp.epsilon, hp.epsilon_alpha_mean, hp.epsilon_alpha_std,
+            )  # fmt: skip
+        if not hp.adaptive_temperature:
+            terms["loss_temperature"] = torch.zeros((), device=features.device)
+        terms["loss_critic"], terms["explained_variance"] = self._critic_terms(seq)
+        return terms
+
+    def _critic_terms(self, seq: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+        hp = self.hparams
+        length, batch = seq.batch_size
+        value = self.prior.value(seq[keys.OBS]).view(length, batch)
+        with torch.no_grad():
+            both = torch.cat([seq[keys.OBS], seq[keys.FINAL_OBS]])
+            target_value, target_next = self.target_critic(self.prior.features(both)).squeeze(-1).chunk(2)
+            targets = L.critic_targets(
+                seq[keys.REWARD], target_value, target_next, seq[keys.TERMINATED], seq[keys.TRUNCATED],
+                hp.gamma, hp.gae_lambda,
+            )  # fmt: skip
+        residual = (targets - value.detach()).var() / targets.var().clamp_min(1e-8)
+        return L.critic_loss(value, targets, hp.vf_coef), 1.0 - residual
+
+    def _log_update(self, stats: dict[str, torch.Tensor], terms: TensorDict | None) -> None:
+        metrics: dict[str, Any] = dict(stats)
+        metrics.update(self._search_stats)
+        metrics["search/temperature"] = self.search_temperature()
+        if terms is not None:
+            for key, value in terms.items():
+                if key in ("kl_nonparametric",):
+                    metrics["search/kl_nonparametric"] = value
+                    metrics["search/kl_nonparametric_relative"] = value / self.hparams.epsilon
+                elif key.startswith("alpha"):
+                    metrics[f"search/{key}"] = value
+                elif key == "lag":
+                    metrics["policy/lag"] = value
+                elif key != "temperature":
+                    metrics[f"train/{key}"] = value
+        metrics["env_steps"] = float(self.env_steps)
+        metrics["updates"] = float(self.updates)
+        metrics["step"] = float(self.env_steps)  # TensorBoard x-axis: env steps
+        self.last_metrics = metrics
+        self.log_dict({k: v for k, v in metrics.items() if not _is_nan(v)}, on_step=True, batch_size=1)
+
+
+def _inverse_softplus(value: float) -> float:
+    """x with softplus(x) = value (so a fixed η is stored in the same parametrisation as the learned one)."""
+    return value + math.log(-math.expm1(-value))
+
+
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() == 0 and bool(torch.isnan(value))
+
+
+def _check_hparams(hp: Any) -> None:
+    checks = [
+        ("actor_lr", hp.actor_lr > 0, "use a positive learning rate, e.g. 3e-4"),
+        ("critic_lr", hp.critic_lr > 0, "use a positive learning rate, e.g. 3e-4"),
+        ("dual_lr", hp.dual_lr > 0, "use a positive learning rate, e.g. 1e-3"),
+        ("gamma", 0.0 <= hp.gamma <= 1.0, "use a discount in [0, 1]"),
+        ("gae_lambda", 0.0 <= hp.gae_lambda <= 1.0, "use λ in [0, 1]"),
+        ("tau", 0.0 < hp.tau <= 1.0, "use a Polyak coefficient in (0, 1], e.g. 0.005"),
+        ("max_grad_norm", hp.max_grad_norm >= 0, "use 0 (off) or a positive norm"),
+        ("fixed_temperature", hp.fixed_temperature > 0, "use a positive temperature"),
+        ("epsilon", hp.epsilon > 0, "use a positive KL bound, e.g. 0.5"),
+        ("epsilon_alpha", hp.epsilon_alpha > 0, "use a positive KL bound, e.g. 1e-3"),
+    ]
+    for name, ok, fix in checks:
+        if not ok:
+            raise ConfigError(f"model.{name}={hp[name]!r} is invalid: {fix}")

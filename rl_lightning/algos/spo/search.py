@@ -1,0 +1,255 @@
+"""Sequential Monte Carlo search of SPO (Macfarlane et al., NeurIPS 2024, §4.2, Alg. 1) on functional env states.
+
+For each of ``E`` real envs, ``N`` particles start from a copy of the env's state with a root action sampled
+from the prior π_θ, then take ``depth`` steps in the env (the model), proposing each next action from π_θ.
+A particle's log-weight is the sum of its one-step TD advantages since the last resample,
+
+    w ← w + δ_t,   δ_t = r_t + γ_s·(1 − term_t)·V(s'_t) − v_t,   v_t = the previous step's bootstrap (V(s_0) at d=0)
+
+so with no resample in a window ``w = Σ r + γ_s V(s_k) − v_start`` (spo.md §1.3). Weights are normalised
+as ``softmax(w / η)``; particles are resampled (multinomial, per env) every ``resample_period`` steps or when
+the effective sample size falls below ``ess_threshold · N``, and the target q̂(a|s) is the weighted
+histogram of the survivors' root actions. Particles that terminate or truncate stop accumulating weight
+(their states keep stepping through the env's auto-reset, which is cheaper than branching; nothing they
+do afterwards is counted). Unlike the reference code, the next actions are gathered with the particles on
+resample (spo.md §6.1), the search advantages are masked after termination (§6.3) and frozen at an env's
+first resample (§6.5, App. D.1).
+
+Timing of one search step (particle ``i``, depth ``d``)::
+
+    state_d ──a_d──▶ env.step_state ──▶ r_d, term_d, trunc_d, final_obs_d (→ V), obs_d+1 (→ a_d+1 ~ π)
+                                     └─ w_i += δ_d·alive_i ;  alive_i &= ¬(term_d ∨ trunc_d) ;  resample?
+
+Every env state the search creates is released (snapshot ids of the Gymnasium adapter), also on errors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict
+
+from rl_lightning import keys
+from rl_lightning.algos.spo.prior import ActorCriticPrior
+from rl_lightning.envs.base import TorchEnv
+from rl_lightning.errors import ConfigError
+from rl_lightning.networks import distributions as D
+
+RESAMPLE_MODES = ("period", "ess")
+
+
+@dataclass
+class SearchConfig:
+    """SMC search settings (names as in the SPO paper and Stoix; defaults: Stoix discrete).
+
+    Attributes:
+        num_particles: particles ``N`` per env.
+        depth: search depth ``h`` (0: the target is ``N`` prior samples, uniformly weighted).
+        resample_mode: ``"period"`` (every ``resample_period`` steps, all envs) or ``"ess"`` (per env, when
+            ESS < ``ess_threshold · N``).
+        resample_period: steps between resamples in ``period`` mode (``depth``: one resample, at the end).
+        ess_threshold: fraction of ``N`` below which ``ess`` mode resamples an env.
+        gamma: search discount γ_s (1.0 as in the paper's Â; below 1 see spo.md §1.3).
+        gae_lambda: search λ_s for the per-particle advantages the temperature dual is trained on.
+        dirichlet_alpha: root Dirichlet concentration (discrete actions).
+        root_noise_fraction: root exploration mix ``f`` (discrete: Dirichlet on probabilities; continuous:
+            ``(1 − f)·a + f·N(0, 1)``, clipped); applied when acting for training only.
+    """
+
+    num_particles: int = 16
+    depth: int = 4
+    resample_mode: str = "period"
+    resample_period: int = 4
+    ess_threshold: float = 0.5
+    gamma: float = 1.0
+    gae_lambda: float = 1.0
+    dirichlet_alpha: float = 0.03
+    root_noise_fraction: float = 0.0
+
+    def check(self, prefix: str = "model") -> None:
+        """Raise a one-line ``ConfigError`` naming the first invalid field."""
+        checks = [
+            ("num_particles", self.num_particles >= 1, "use >= 1, e.g. 16"),
+            ("search_depth", self.depth >= 0, "use >= 0, e.g. 4"),
+            ("resample_mode", self.resample_mode in RESAMPLE_MODES, f"choose one of {list(RESAMPLE_MODES)}"),
+            ("resample_period", self.resample_period >= 1, "use >= 1 (e.g. the search depth)"),
+            ("ess_threshold", 0.0 <= self.ess_threshold <= 1.0, "use a fraction in [0, 1], e.g. 0.5"),
+            ("search_gamma", 0.0 <= self.gamma <= 1.0, "use a discount in [0, 1] (default 1.0)"),
+            ("search_gae_lambda", 0.0 <= self.gae_lambda <= 1.0, "use λ in [0, 1] (default 1.0)"),
+            ("dirichlet_alpha", self.dirichlet_alpha > 0, "use a positive concentration, e.g. 0.03"),
+            ("root_noise_fraction", 0.0 <= self.root_noise_fraction <= 1.0, "use a fraction in [0, 1]"),
+        ]
+        values = {"search_depth": self.depth, "search_gamma": self.gamma, "search_gae_lambda": self.gae_lambda}
+        for name, ok, fix in checks:
+            if not ok:
+                raise ConfigError(f"{prefix}.{name}={values.get(name, getattr(self, name, None))!r} is invalid: {fix}")
+
+
+@dataclass
+class SearchResult:
+    """What one search returns for ``E`` envs and ``N`` particles.
+
+    Attributes:
+        action: executed action ``[E(, D)]``, drawn from the target (or its greedy choice).
+        sampled_actions: the survivors' root actions ``[E, N(, D)]`` (the target's support).
+        weights: their normalised weights ``softmax(w / η)`` ``[E, N]`` (the target q̂).
+        log_weights: the unnormalised log-weights ``w`` ``[E, N]`` (0 right after a resample).
+        advantages: per-particle search advantages ``[E, N]`` for the temperature dual (stop-grad data).
+        root_value: ``V(s_0)`` ``[E]``.
+        ess: effective sample size before each resample decision ``[depth, E]``.
+        alive: fraction of particles not yet terminated or truncated after each step ``[depth, E]``.
+        resampled: whether each env resampled at each depth ``[depth, E]``.
+    """
+
+    action: torch.Tensor
+    sampled_actions: torch.Tensor
+    weights: torch.Tensor
+    log_weights: torch.Tensor
+    advantages: torch.Tensor
+    root_value: torch.Tensor
+    ess: torch.Tensor
+    alive: torch.Tensor
+    resampled: torch.Tensor
+
+
+def effective_sample_size(weights: torch.Tensor) -> torch.Tensor:
+    """``1 / Σ_i w̄_i²`` over the last dim of normalised weights: ``N`` when uniform, 1 when one-hot."""
+    return weights.square().sum(-1).reciprocal()
+
+
+def resample_indices(log_weights: torch.Tensor, temperature: torch.Tensor, generator: torch.Generator | None):
+    """Multinomial resampling: ``N`` draws per env from ``softmax(w / η)``; returns indices ``[E, N]``."""
+    probs = (log_weights / temperature).softmax(-1)
+    return torch.multinomial(probs, log_weights.shape[-1], replacement=True, generator=generator)
+
+
+@torch.no_grad()
+def smc_search(
+    env: TorchEnv,
+    root_state: TensorDict,
+    root_obs: TensorDict,
+    prior: ActorCriticPrior,
+    config: SearchConfig,
+    temperature: torch.Tensor,
+    generator: torch.Generator | None,
+    explore: bool = False,
+    greedy: bool = False,
+) -> SearchResult:
+    """Run SMC search from ``root_state`` (``E`` envs; left untouched) and read out the target.
+
+    Args:
+        env: the functional env used as a perfect model (``step_state(..., inplace=False)``).
+        root_state: the real envs' states ``[E]``.
+        root_obs: their observations (``obs``, ``action_mask``) ``[E]``.
+        prior: proposal policy and bootstrap critic (the online networks).
+        config: search settings.
+        temperature: η > 0 (scalar tensor).
+        generator: the only source of randomness (roots, proposals, model noise, resampling, read-out).
+        explore: add root noise (``config.root_noise_fraction``), for acting in training.
+        greedy: execute argmax_a q̂(a) (discrete) or the highest-weight particle (continuous) instead of a draw.
+    """
+    n, depth = config.num_particles, config.depth
+    num_envs = root_state.batch_size[0]
+    device = root_obs.device
+    root_value = prior.value(root_obs[keys.OBS])
+    params = prior.repeat(prior.params(root_obs), n)
+    if explore and config.root_noise_fraction > 0 and prior.spec.discrete:
+        params = (prior.dirichlet_mix(params[0], config.dirichlet_alpha, config.root_noise_fraction, generator),)
+    root_actions = prior.sample(params, generator)  # [E·N(, D)], particle-major within each env
+    if explore and config.root_noise_fraction > 0 and not prior.spec.discrete:
+        root_actions = prior.perturb(root_actions, config.root_noise_fraction, generator)
+
+    offsets = torch.arange(num_envs, device=device).unsqueeze(-1) * n  # [E, 1]
+    state = root_state[torch.arange(num_envs, device=device).repeat_interleave(n)]
+    action = root_actions
+    value = root_value.repeat_interleave(n)
+    log_w = torch.zeros(num_envs, n, device=device)
+    advantages = torch.zeros(num_envs, n, device=device)
+    adv_open = torch.ones(num_envs, 1, device=device)  # 0 after an env's first resample
+    alive = torch.ones(num_envs * n, dtype=torch.bool, device=device)
+    ess, alive_frac, resampled = [], [], []
+    owned: TensorDict | None = None  # the search's own states (released when replaced)
+    try:
+        for d in range(depth):
+            next_state, out = env.step_state(state, action, generator, inplace=False)
+            if owned is not None:
+                env.release(owned)
+            owned = next_state
+            bootstrap = (~out[keys.TERMINATED]) * config.gamma * prior.value(out[keys.FINAL_OBS])
+            delta = torch.where(alive, out[keys.REWARD] + bootstrap - value, 0.0).view(num_envs, n)
+            log_w = log_w + delta
+            advantages = advantages + (config.gamma * config.gae_lambda) ** d * adv_open * delta
+            alive = alive & ~(out[keys.TERMINATED] | out[keys.TRUNCATED])
+            value = bootstrap
+            next_obs = out.select(keys.OBS, keys.ACTION_MASK, strict=False)
+            next_action = prior.sample(prior.params(next_obs), generator)
+
+            ess_d = effective_sample_size((log_w / temperature).softmax(-1))
+            due = _resample_due(config, d, ess_d)
+            ess.append(ess_d)
+            alive_frac.append(alive.view(num_envs, n).float().mean(-1))
+            if due is None:
+                resampled.append(torch.zeros(num_envs, dtype=torch.bool, device=device))
+                state, action = next_state, next_action
+                continue
+            resampled.append(due.expand(num_envs))
+            idx = resample_indices(log_w, temperature, generator)
+            idx = torch.where(due.unsqueeze(-1), idx, torch.arange(n, device=device))
+            flat = (idx + offsets).reshape(-1)
+            state = next_state[flat]
+            action, root_actions, value, alive = next_action[flat], root_actions[flat], value[flat], alive[flat]
+            log_w = torch.where(due.unsqueeze(-1), torch.zeros_like(log_w), log_w)
+            adv_open = adv_open * (~due).unsqueeze(-1)
+    finally:
+        if owned is not None:
+            env.release(owned)
+
+    return _read_out(
+        prior, root_actions, log_w, advantages, root_value, temperature, generator, greedy,
+        _stack(ess, num_envs, device), _stack(alive_frac, num_envs, device), _stack(resampled, num_envs, device),
+    )  # fmt: skip
+
+
+def _resample_due(config: SearchConfig, d: int, ess: torch.Tensor) -> torch.Tensor | None:
+    """Per-env bool ``[E]`` (or ``[1]``) of whether to resample after step ``d``; ``None`` when none can."""
+    if config.num_particles == 1:
+        return None  # a single particle always selects itself
+    if config.resample_mode == "period":
+        if (d + 1) % config.resample_period != 0:
+            return None
+        return torch.ones(1, dtype=torch.bool, device=ess.device)
+    return ess < config.ess_threshold * config.num_particles
+
+
+def _read_out(
+    prior: ActorCriticPrior,
+    root_actions: torch.Tensor,
+    log_w: torch.Tensor,
+    advantages: torch.Tensor,
+    root_value: torch.Tensor,
+    temperature: torch.Tensor,
+    generator: torch.Generator | None,
+    greedy: bool,
+    ess: torch.Tensor,
+    alive: torch.Tensor,
+    resampled: torch.Tensor,
+) -> SearchResult:
+    num_envs, n = log_w.shape
+    logits = log_w / temperature
+    weights = logits.softmax(-1)
+    sampled = root_actions.view(num_envs, n, *root_actions.shape[1:])
+    if greedy and prior.spec.discrete:
+        histogram = torch.zeros(num_envs, prior.spec.num_actions, device=weights.device)
+        histogram.scatter_add_(1, sampled, weights)
+        action = histogram.argmax(-1)
+    else:
+        choice = weights.argmax(-1) if greedy else D.categorical_sample(logits, generator)
+        action = sampled[torch.arange(num_envs, device=weights.device), choice]
+    return SearchResult(action, sampled, weights, log_w, advantages, root_value, ess, alive, resampled)
+
+
+def _stack(rows: list[torch.Tensor], num_envs: int, device: torch.device) -> torch.Tensor:
+    if not rows:
+        return torch.empty(0, num_envs, device=device)
+    return torch.stack([r.float() if r.dtype != torch.bool else r for r in rows])
