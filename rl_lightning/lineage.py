@@ -38,7 +38,7 @@ def weights_digest(module: nn.Module) -> str:
     """sha256 of every tensor in ``module.state_dict()`` (names, dtypes, shapes and bytes)."""
     sha = hashlib.sha256()
     for name, tensor in module.state_dict().items():
-        flat = tensor.detach().to("cpu").contiguous()
+        flat = tensor.detach().to("cpu").contiguous().reshape(-1)  # 0-dim tensors cannot be viewed as bytes
         sha.update(f"{name}:{flat.dtype}:{tuple(flat.shape)}".encode())
         sha.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
     return sha.hexdigest()

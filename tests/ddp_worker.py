@@ -1,4 +1,4 @@
-"""Run by tests/test_ddp.py: a 2-process CPU (gloo) PPO fit; each rank writes what it saw to a JSON file."""
+"""Run by tests/test_ddp.py: a 2-process CPU (gloo) PPO or SPO fit; each rank writes what it saw to a JSON file."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from rl_lightning.lineage import weights_digest
-from tests.helpers import tiny_ppo, trainer
+from tests.helpers import tiny_ppo, tiny_spo, trainer
 
 
 class Record(Callback):
@@ -30,10 +30,13 @@ class Record(Callback):
         )
 
 
-def main(out_dir: str) -> None:
+def main(out_dir: str, algo: str) -> None:
     torch.set_num_threads(1)
     pl.seed_everything(0)
-    module, dm = tiny_ppo(total_env_steps=64 * 2 * 3)  # 3 updates of 64 steps on each of 2 ranks
+    if algo == "spo":
+        module, dm = tiny_spo(rollout_length=16, total_env_steps=64 * 2 * 3)
+    else:
+        module, dm = tiny_ppo(total_env_steps=64 * 2 * 3)  # 3 updates of 64 steps on each of 2 ranks
     record = Record()
     t = trainer(out_dir, callbacks=[record], strategy="ddp", devices=2)
     t.fit(module, dm)
@@ -41,4 +44,4 @@ def main(out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "ppo")

@@ -36,3 +36,21 @@ def trainer(tmp_path: Any, callbacks: list | None = None, **kwargs: Any) -> pl.T
     }
     defaults.update(kwargs)
     return pl.Trainer(**defaults)
+
+
+def tiny_spo(env: Any = None, num_envs: int = 4, rollout_length: int = 8, total_env_steps: int = 64, **kwargs: Any):
+    """A tiny SPO and its replay datamodule (4 envs × 8 steps = 32 env steps per update; 2 gradient steps each)."""
+    from rl_lightning.algos import SPO
+    from rl_lightning.data import ReplayDataModule
+
+    data_keys = {"buffer_size", "batch_size", "sequence_length", "gradient_steps", "learning_starts", "save_replay",
+                 "check_env"}  # fmt: skip
+    data_kwargs = {"buffer_size": 256, "batch_size": 4, "sequence_length": 4, "gradient_steps": 2}
+    data_kwargs.update({k: v for k, v in kwargs.items() if k in data_keys})
+    datamodule = ReplayDataModule(
+        env or CartPole(), num_envs=num_envs, rollout_length=rollout_length, total_env_steps=total_env_steps,
+        **data_kwargs,
+    )  # fmt: skip
+    model_kwargs = {"hidden_sizes": (16,), "num_particles": 4, "search_depth": 2, "resample_period": 2}
+    model_kwargs.update({k: v for k, v in kwargs.items() if k not in data_keys})
+    return SPO(env_spec=datamodule.env_spec, **model_kwargs), datamodule

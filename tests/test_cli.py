@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rl_lightning.cli import bundled_dirs, cli_main, main
 
@@ -14,23 +15,33 @@ CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 FRAGMENTS = sorted((ROOT / "callbacks").glob("*.yaml"))
 
 
+def _common_overrides(tmp_path: Path) -> list[str]:
+    return ["--trainer.logger.init_args.save_dir", str(tmp_path / "runs"), "--trainer.enable_progress_bar", "false"]
+
+
 def _fast_overrides(tmp_path: Path, config: Path) -> list[str]:
-    text = config.read_text()
-    num_envs = 16 if "Pendulum" in text else 32 if "TicTacToe" in text else 8
-    return [
-        "--data.init_args.num_steps",
-        "16",
-        "--data.init_args.total_env_steps",
-        str(num_envs * 16 * 2),
-        "--model.init_args.update_epochs",
-        "1",
-        "--model.init_args.num_minibatches",
-        "2",
-        "--trainer.logger.init_args.save_dir",
-        str(tmp_path / "runs"),
-        "--trainer.enable_progress_bar",
-        "false",
-    ]
+    """Two tiny updates of any bundled config (PPO: rollouts of 16 steps; SPO: also tiny search and batches)."""
+    loaded = yaml.safe_load(config.read_text())
+    num_envs = loaded["data"]["init_args"]["num_envs"]
+    if loaded["model"]["class_path"].endswith("SPO"):
+        train = {
+            "data.init_args.rollout_length": 16,
+            "data.init_args.total_env_steps": num_envs * 16 * 2,
+            "data.init_args.gradient_steps": 1,
+            "data.init_args.batch_size": 4,
+            "data.init_args.sequence_length": 8,
+            "model.init_args.num_particles": 4,
+            "model.init_args.hidden_sizes": "[16]",
+        }
+    else:
+        train = {
+            "data.init_args.num_steps": 16,
+            "data.init_args.total_env_steps": num_envs * 16 * 2,
+            "model.init_args.update_epochs": 1,
+            "model.init_args.num_minibatches": 2,
+        }
+    args = [item for key, value in train.items() for item in (f"--{key}", str(value))]
+    return args + _common_overrides(tmp_path)
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
@@ -77,7 +88,7 @@ def test_validate_and_test_play_evaluation_episodes(tmp_path, monkeypatch):
                 "ppo",
                 "--ckpt_path",
                 str(ckpt),
-                *_fast_overrides(tmp_path, config)[8:],
+                *_common_overrides(tmp_path),
                 "--data.init_args.eval_episodes",
                 "3",
             ]

@@ -8,13 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_ddp_two_cpu_processes(tmp_path):
+@pytest.mark.parametrize("algo", ["ppo", "spo"])
+def test_ddp_two_cpu_processes(tmp_path, algo):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "tests.ddp_worker", str(tmp_path)],
+        [sys.executable, "-m", "tests.ddp_worker", str(tmp_path), algo],
         cwd=ROOT,
         env=env,
         capture_output=True,

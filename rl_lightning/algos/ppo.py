@@ -173,12 +173,13 @@ class PPO(RLModule):
         self._log_update(batch, rollout.stats, stats)
 
     def update(self, batch: TensorDict, optimizer: Any) -> TensorDict:
-        """One PPO update on a flat processed rollout: ``update_epochs × num_minibatches`` optimiser steps.
+        """One PPO update on a processed rollout (flattened here): ``update_epochs × num_minibatches`` optimiser steps.
 
         Returns the minibatch-averaged loss terms and diagnostics (detached). Works attached to a Trainer or
         standalone (``FailFast.reproduce`` replays a failing update this way).
         """
         hp = self.hparams
+        batch = batch.reshape(-1)
         size = batch.numel()
         minibatch = size // hp.num_minibatches
         totals: TensorDict | None = None

@@ -114,6 +114,6 @@ def reproduce(path: str | Path) -> list[str]:
     optimizer = module.configure_optimizers()
     optimizer.load_state_dict(bundle["before"]["optimizer"])
     module.generator.set_state(bundle["before"]["generator"])
-    terms = module.update(bundle["batch"].reshape(-1), optimizer)
+    terms = module.update(bundle["batch"], optimizer)
     module.last_metrics = {f"train/{k}": v for k, v in terms.items()}
     return FailFast.non_finite(module)

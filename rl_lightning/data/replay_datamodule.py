@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rl_lightning.data.on_policy import OnPolicyDataModule, _gather_per_rank, _require_positive
+from rl_lightning.data.on_policy import OnPolicyDataModule, Rollout, _gather_per_rank, _require_positive
 from rl_lightning.data.replay import ReplayRing
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.errors import ConfigError
@@ -161,7 +161,10 @@ class ReplayDataModule(OnPolicyDataModule):
             flat = self.replay.sample_sequences(total, self.sequence_length, self.sample_generator)
             batches = flat.reshape(self.sequence_length, self.gradient_steps, self.batch_size).transpose(0, 1)
             self.local_gradient_steps += self.gradient_steps
-        return ReplayUpdate(batches, rollout, self._stats())
+        update = ReplayUpdate(batches, rollout, self._stats())
+        if batches is not None:
+            self.last_rollout = Rollout(batches, update.stats)  # what FailFast saves to replay a bad update
+        return update
 
     def _stats(self) -> dict[str, torch.Tensor]:
         assert self.collector is not None
