@@ -297,3 +297,16 @@ def test_configs_that_can_never_optimise_fail_at_setup(tmp_path, kwargs, message
 def test_bad_model_arguments_name_the_field(kwargs, field):
     with pytest.raises(ConfigError, match=rf"model\.{field}="):
         tiny_spo(**kwargs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_spo_fits_on_cuda_with_everything_on_the_gpu(tmp_path):
+    pl.seed_everything(0)
+    module, dm = tiny_spo(env=TicTacToe(), total_env_steps=96, root_noise_fraction=0.25, resample_mode="ess")
+    evaluation = Evaluation(every_n_updates=1, num_episodes=4)
+    trainer(tmp_path, callbacks=[evaluation], accelerator="gpu", devices=1).fit(module, dm)
+    assert module.updates == 3
+    assert dm.replay.device.type == "cuda"
+    sample = dm.replay.sample(8, torch.Generator(device="cuda").manual_seed(0))
+    assert sample[keys.SAMPLED_WEIGHTS].is_cuda
+    assert all(torch.isfinite(torch.as_tensor(v)).all() for v in module.last_metrics.values())

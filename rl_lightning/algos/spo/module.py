@@ -145,7 +145,7 @@ class SPO(RLModule):
         """η the search reads: the learned dual (adaptive) or ``fixed_temperature``."""
         if self.hparams.adaptive_temperature:
             return L.dual_value(self.log_temperature.detach())
-        return torch.tensor(float(self.hparams.fixed_temperature), device=self.log_temperature.device)
+        return self.log_temperature.detach().new_full((), float(self.hparams.fixed_temperature))  # no host copy
 
     @torch.no_grad()
     def act(self, td: TensorDict, generator: torch.Generator | None = None, deterministic: bool = False) -> TensorDict:

@@ -182,8 +182,11 @@ def smc_search(
             advantages = advantages + (config.gamma * config.gae_lambda) ** d * adv_open * delta
             alive = alive & ~(out[keys.TERMINATED] | out[keys.TRUNCATED])
             value = bootstrap
-            next_obs = out.select(keys.OBS, keys.ACTION_MASK, strict=False)
-            next_action = prior.sample(prior.params(next_obs), generator)
+            if d + 1 < depth:  # the last step's proposals would never be applied
+                next_obs = out.select(keys.OBS, keys.ACTION_MASK, strict=False)
+                next_action = prior.sample(prior.params(next_obs), generator)
+            else:
+                next_action = action
 
             ess_d = effective_sample_size((log_w / temperature).softmax(-1))
             due = _resample_due(config, d, ess_d)
