@@ -310,3 +310,18 @@ def test_spo_fits_on_cuda_with_everything_on_the_gpu(tmp_path):
     sample = dm.replay.sample(8, torch.Generator(device="cuda").manual_seed(0))
     assert sample[keys.SAMPLED_WEIGHTS].is_cuda
     assert all(torch.isfinite(torch.as_tensor(v)).all() for v in module.last_metrics.values())
+
+
+def test_resume_without_saved_replay_refills_the_ring(tmp_path):
+    pl.seed_everything(7)
+    module, dm = tiny_spo(total_env_steps=64)
+    checkpoint = RLCheckpoint(every_n_updates=1, dirpath=str(tmp_path / "ckpt"), save_last=True)
+    trainer(tmp_path, callbacks=[checkpoint], enable_checkpointing=True).fit(module, dm)
+    assert len(dm.replay) == 64
+    resumed, resumed_dm = tiny_spo(total_env_steps=128)
+    last = str(tmp_path / "ckpt" / "last.ckpt")
+    trainer(tmp_path, enable_checkpointing=True).fit(resumed, resumed_dm, ckpt_path=last)
+    assert resumed.updates == 4
+    assert resumed_dm.env_steps == 128
+    assert len(resumed_dm.replay) == 64  # restarted empty, refilled by the two new rollouts only
+    assert resumed_dm.replay.total_added == 32  # rows ever written: 16 before the checkpoint, 16 after

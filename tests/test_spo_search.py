@@ -302,3 +302,37 @@ def test_invalid_search_config_names_the_field():
         SearchConfig(resample_mode="sometimes").check()
     with pytest.raises(ValueError, match=r"model\.search_depth=-1"):
         SearchConfig(depth=-1).check()
+
+
+# root noise ---------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [0.03, 0.3, 2.0])
+def test_gamma_sampler_moments(shape):
+    from rl_lightning.algos.spo.prior import gamma_sample
+
+    draws = gamma_sample(torch.full((200_000,), shape), torch.Generator().manual_seed(0))
+    assert bool((draws >= 0).all())
+    assert float(draws.mean()) == pytest.approx(shape, rel=0.03)
+    assert float(draws.var()) == pytest.approx(shape, rel=0.08)  # Gamma(k, 1): mean = var = k
+
+
+def test_dirichlet_mix_on_probabilities_over_legal_actions():
+    env = random_tree(4, 5, mask=torch.tensor([[True, False, True, True, False]] * 4))
+    prior = random_prior(env)
+    params = prior.params(env.observe(root(env, 50_000, 0)[0]))[0]
+    mixed = prior.dirichlet_mix(params, alpha=0.3, fraction=0.25, generator=torch.Generator().manual_seed(0))
+    probs = mixed.softmax(-1)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(50_000))
+    assert float(probs[:, [1, 4]].max()) == 0.0  # illegal actions stay impossible
+    expected = 0.75 * params.softmax(-1)[0] + 0.25 * torch.tensor([1, 0, 1, 1, 0]) / 3
+    torch.testing.assert_close(probs.mean(0), expected, atol=3e-3, rtol=0)
+
+
+def test_continuous_root_perturbation_stays_in_bounds():
+    from rl_lightning.algos.spo.prior import ActorCriticPrior
+    from rl_lightning.envs import Pendulum
+
+    prior = ActorCriticPrior(lambda x: x, lambda x: x, Pendulum().spec)
+    action = torch.full((10_000, 1), 1.9)
+    moved = prior.perturb(action, 0.5, torch.Generator().manual_seed(0))
+    assert bool(((moved >= -2.0) & (moved <= 2.0)).all())
+    assert float(moved.mean()) == pytest.approx(0.5 * 1.9, abs=0.05)  # (1 − f)·a + f·E[ε], before clipping
