@@ -124,6 +124,19 @@ class RLModule(pl.LightningModule):
             batch_size=request.num_episodes,
         )
 
+    def log_update(self, metrics: dict[str, Any]) -> None:
+        """Log one update's metrics once (``log_dict``), against env steps; keep them in ``last_metrics``.
+
+        NaN scalars (e.g. episode stats of a rollout in which no episode finished) are kept in ``last_metrics``
+        but not logged. That check reads each scalar once per update, outside the hot loops.
+        """
+        metrics = dict(metrics)
+        metrics["env_steps"] = float(self.env_steps)
+        metrics["updates"] = float(self.updates)
+        metrics["step"] = float(self.env_steps)  # TensorBoard x-axis: env steps
+        self.last_metrics = metrics
+        self.log_dict({k: v for k, v in metrics.items() if not _is_nan(v)}, on_step=True, batch_size=1)
+
     def mark_update(self) -> None:
         """Call once per learner update, after the weights changed."""
         self.updates += 1
@@ -149,3 +162,7 @@ class RLModule(pl.LightningModule):
         self.parent_version = self.policy_version
         self.generator.set_state(counters["generator"])
         self._seeded = True
+
+
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() == 0 and bool(torch.isnan(value))

@@ -12,7 +12,7 @@ from torch import nn
 from rl_lightning import keys
 from rl_lightning.algos.base import RLModule
 from rl_lightning.envs.base import EnvSpec
-from rl_lightning.errors import ConfigError
+from rl_lightning.errors import ConfigError, check_fields
 from rl_lightning.networks import distributions as D
 from rl_lightning.networks.mlp import flat_size, mlp
 from rl_lightning.objectives.gae import generalized_advantage_estimate
@@ -239,15 +239,7 @@ class PPO(RLModule):
             metrics["policy/std"] = self.log_std.detach().exp().mean()
         for key, value in rollout_stats.items():
             metrics[key] = value
-        metrics["env_steps"] = float(self.env_steps)
-        metrics["updates"] = float(self.updates)
-        metrics["step"] = float(self.env_steps)  # TensorBoard x-axis: env steps
-        self.last_metrics = metrics
-        self.log_dict({k: v for k, v in metrics.items() if not _is_nan(v)}, on_step=True, batch_size=1)
-
-
-def _is_nan(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and value.dim() == 0 and bool(torch.isnan(value))
+        self.log_update(metrics)
 
 
 def _check_hparams(hp: Any) -> None:
@@ -261,6 +253,4 @@ def _check_hparams(hp: Any) -> None:
         ("max_grad_norm", hp.max_grad_norm >= 0, "use 0 (off) or a positive norm"),
         ("target_kl", hp.target_kl is None or hp.target_kl > 0, "use null or a positive KL"),
     ]
-    for name, ok, fix in checks:
-        if not ok:
-            raise ConfigError(f"model.{name}={hp[name]!r} is invalid: {fix}")
+    check_fields(checks, hp)

@@ -151,6 +151,12 @@ class OnPolicyDataModule(pl.LightningDataModule):
         batch = self.collector.rollout(policy, self.num_steps, module.policy_version)
         self.local_env_steps += self.rollout_size
         batch = module.process_rollout(batch)
+        self.last_rollout = Rollout(batch, self.rollout_stats())
+        return self.last_rollout
+
+    def rollout_stats(self) -> dict[str, torch.Tensor]:
+        """``rollout/*`` episode stats (synced over ranks) and ``perf/*`` rates of the rollout just collected."""
+        assert self.collector is not None
         now = time.perf_counter()
         collected = self.rollout_size * self.world_size
         stats = {f"rollout/{k}": v for k, v in self.collector.episode_stats().items()}
@@ -158,8 +164,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         if self._last_update_end is not None:
             stats["perf/env_sps"] = torch.tensor(collected / max(now - self._last_update_end, 1e-9))
         self._last_update_end = now
-        self.last_rollout = Rollout(batch, stats)
-        return self.last_rollout
+        return stats
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"local_env_steps": self.local_env_steps}

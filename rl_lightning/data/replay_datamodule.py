@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,15 +166,8 @@ class ReplayDataModule(OnPolicyDataModule):
         return update
 
     def _stats(self) -> dict[str, torch.Tensor]:
-        assert self.collector is not None
         assert self.replay is not None
-        now = time.perf_counter()
-        collected = self.rollout_size * self.world_size
-        stats = {f"rollout/{k}": v for k, v in self.collector.episode_stats().items()}
-        stats["perf/collect_sps"] = torch.tensor(collected / max(self.collector.last_collect_seconds, 1e-9))
-        if self._last_update_end is not None:
-            stats["perf/env_sps"] = torch.tensor(collected / max(now - self._last_update_end, 1e-9))
-        self._last_update_end = now
+        stats = self.rollout_stats()
         stats["replay/size"] = torch.tensor(float(len(self.replay) * self.world_size))
         stats["replay/fill"] = torch.tensor(self.replay.size / self.replay.capacity)
         stats["replay/ratio_actual"] = torch.tensor(self.local_gradient_steps / max(self.local_env_steps, 1))

@@ -16,7 +16,7 @@ from rl_lightning.algos.base import Policy, RLModule
 from rl_lightning.algos.spo.prior import ActorCriticPrior, gaussian_head
 from rl_lightning.algos.spo.search import SearchConfig, smc_search
 from rl_lightning.envs.base import BatchedEnv, EnvSpec
-from rl_lightning.errors import ConfigError
+from rl_lightning.errors import ConfigError, check_fields
 from rl_lightning.networks import distributions as D
 from rl_lightning.networks.mlp import flat_size, mlp
 from rl_lightning.objectives import spo as L
@@ -311,20 +311,12 @@ class SPO(RLModule):
                     metrics["policy/lag"] = value
                 elif key != "temperature":
                     metrics[f"train/{key}"] = value
-        metrics["env_steps"] = float(self.env_steps)
-        metrics["updates"] = float(self.updates)
-        metrics["step"] = float(self.env_steps)  # TensorBoard x-axis: env steps
-        self.last_metrics = metrics
-        self.log_dict({k: v for k, v in metrics.items() if not _is_nan(v)}, on_step=True, batch_size=1)
+        self.log_update(metrics)
 
 
 def _inverse_softplus(value: float) -> float:
     """x with softplus(x) = value (so a fixed η is stored in the same parametrisation as the learned one)."""
     return value + math.log(-math.expm1(-value))
-
-
-def _is_nan(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and value.dim() == 0 and bool(torch.isnan(value))
 
 
 def _check_hparams(hp: Any) -> None:
@@ -340,6 +332,4 @@ def _check_hparams(hp: Any) -> None:
         ("epsilon", hp.epsilon > 0, "use a positive KL bound, e.g. 0.5"),
         ("epsilon_alpha", hp.epsilon_alpha > 0, "use a positive KL bound, e.g. 1e-3"),
     ]
-    for name, ok, fix in checks:
-        if not ok:
-            raise ConfigError(f"model.{name}={hp[name]!r} is invalid: {fix}")
+    check_fields(checks, hp)

@@ -33,7 +33,7 @@ from tensordict import TensorDict
 from rl_lightning import keys
 from rl_lightning.algos.spo.prior import ActorCriticPrior
 from rl_lightning.envs.base import TorchEnv
-from rl_lightning.errors import ConfigError
+from rl_lightning.errors import check_fields
 from rl_lightning.networks import distributions as D
 
 RESAMPLE_MODES = ("period", "ess")
@@ -80,10 +80,8 @@ class SearchConfig:
             ("dirichlet_alpha", self.dirichlet_alpha > 0, "use a positive concentration, e.g. 0.03"),
             ("root_noise_fraction", 0.0 <= self.root_noise_fraction <= 1.0, "use a fraction in [0, 1]"),
         ]
-        values = {"search_depth": self.depth, "search_gamma": self.gamma, "search_gae_lambda": self.gae_lambda}
-        for name, ok, fix in checks:
-            if not ok:
-                raise ConfigError(f"{prefix}.{name}={values.get(name, getattr(self, name, None))!r} is invalid: {fix}")
+        values = {**vars(self), "search_depth": self.depth, "search_gamma": self.gamma}
+        check_fields(checks, {**values, "search_gae_lambda": self.gae_lambda}, prefix)
 
 
 @dataclass
