@@ -13,53 +13,32 @@ evaluation. Run single-threaded (``torch.set_num_threads(1)``, as the configs do
 from __future__ import annotations
 
 import argparse
-import atexit
-import contextlib
 import copy
-import logging
 import os
-import shutil
 import statistics
-import sys
-import tempfile
 import time
-import warnings
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
+from _common import (  # first: it silences warnings and Lightning's INFO logging before they import
+    RunResult,
+    TargetEvaluation,
+    build_cli,
+    fit_with,
+    overrides_to_args,
+    raw_env_rate,
+)
+from _common import median_or_inf as _median_or_inf
+
+# isort: split
+import lightning.pytorch as pl
 import torch
+from tensordict import TensorDict
 
-REPO = Path(__file__).resolve().parents[1]
-
-warnings.filterwarnings("ignore")
-
-import lightning.pytorch as pl  # noqa: E402
-from tensordict import TensorDict  # noqa: E402
-
-from rl_lightning.algos import PPO  # noqa: E402
-from rl_lightning.callbacks import Evaluation  # noqa: E402
-from rl_lightning.cli import cli_main  # noqa: E402
-from rl_lightning.data.collector import Collector  # noqa: E402
-from rl_lightning.envs import CartPole  # noqa: E402
-from rl_lightning.envs.base import BatchedEnv  # noqa: E402
-from rl_lightning.evaluation import run_episodes  # noqa: E402
-
-for _name in ("lightning.pytorch", "lightning.fabric"):  # after import: lightning sets INFO on import
-    logging.getLogger(_name).setLevel(logging.WARNING)
-
-BENCH_TRAINER_ARGS = [
-    "--trainer.logger",
-    "false",
-    "--trainer.enable_checkpointing",
-    "false",
-    "--trainer.enable_progress_bar",
-    "false",
-    "--trainer.enable_model_summary",
-    "false",
-    "--trainer.callbacks",
-    "[]",
-]
+from rl_lightning.algos import PPO
+from rl_lightning.data.collector import Collector
+from rl_lightning.envs import CartPole
+from rl_lightning.envs.base import BatchedEnv
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -84,96 +63,7 @@ TASKS = {
 }
 
 
-class TargetEvaluation(Evaluation):
-    """``Evaluation`` that scores ``metric`` and stops the run the first time the score reaches ``target``.
-
-    ``history`` gets one record per evaluation (``env_steps``, ``updates``, ``eval/episode_return``, ``score``);
-    ``eval_seconds`` accumulates the time spent here, so it can be subtracted from the fit wall time.
-    """
-
-    def __init__(self, metric: str, target: float, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.metric = metric
-        self.target = target
-        self.crossed: dict[str, float] | None = None
-        self.fit_start: float | None = None
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: Any) -> None:
-        self.fit_start = time.perf_counter()
-
-    def evaluate(self, trainer: pl.Trainer, pl_module: Any) -> dict[str, float]:
-        start = time.perf_counter()
-        env = self.env if self.env is not None else copy.deepcopy(trainer.datamodule.env)
-        was_training = pl_module.training
-        pl_module.eval()
-        returns, lengths = run_episodes(
-            pl_module, env, self.num_episodes, pl_module.device, self.seed, self.deterministic, self.max_steps
-        )
-        pl_module.train(was_training)
-        if self.env is None:
-            env.close()
-        mean_return = float(returns.mean())
-        score = mean_return if self.metric == "return" else float((returns >= 0).float().mean())
-        record = {
-            "env_steps": float(pl_module.env_steps),
-            "updates": float(pl_module.updates),
-            "eval/episode_return": mean_return,
-            "eval/episode_length": float(lengths.mean()),
-            "score": score,
-        }
-        self.history.append(record)
-        self.last_env_steps = pl_module.env_steps
-        self.last_updates = pl_module.updates
-        if self.crossed is None and score >= self.target:
-            trainer.should_stop = True
-            self.eval_seconds += time.perf_counter() - start
-            # Training time up to the crossing: wall time since on_train_start minus evaluation time so far.
-            assert self.fit_start is not None
-            record["train_seconds_at_cross"] = time.perf_counter() - self.fit_start - self.eval_seconds
-            self.crossed = record
-            return record
-        self.eval_seconds += time.perf_counter() - start
-        return record
-
-
-@dataclass
-class RunResult:
-    seed: int
-    crossed: bool
-    env_steps: int | None  # at the crossing (None: never crossed within the config's budget)
-    fit_seconds: float  # trainer.fit wall time (setup to teardown)
-    eval_seconds: float
-    train_seconds: float  # fit_seconds - eval_seconds
-    final_score: float
-    best_score: float
-    total_env_steps: int
-    history: list[dict[str, float]] = field(default_factory=list)
-
-
-@contextlib.contextmanager
-def _clean_argv() -> Any:
-    saved = sys.argv[1:]
-    sys.argv[1:] = []  # LightningCLI warns when it sees both args= and command-line arguments
-    try:
-        yield
-    finally:
-        sys.argv[1:] = saved
-
-
-_ROOT_DIR = tempfile.mkdtemp(prefix="rl_lightning_bench_")  # SaveConfigCallback writes config.yaml here, not cwd
-atexit.register(shutil.rmtree, _ROOT_DIR, True)
-
-
-def build_cli(config: str, seed: int, extra: list[str] | None = None) -> Any:
-    args = ["--config", str(REPO / "configs" / config), "--seed_everything", str(seed), *BENCH_TRAINER_ARGS]
-    args += ["--trainer.default_root_dir", _ROOT_DIR]
-    with _clean_argv():
-        return cli_main([*args, *(extra or [])], run=False)
-
-
 def run_learning(task: Task, seed: int, extra: list[str] | None = None) -> RunResult:
-    torch.set_num_threads(1)
-    cli = build_cli(task.config, seed, extra)
     callback = TargetEvaluation(
         task.metric,
         task.target,
@@ -181,29 +71,7 @@ def run_learning(task: Task, seed: int, extra: list[str] | None = None) -> RunRe
         num_episodes=task.num_episodes,
         deterministic=True,
     )
-    cli.trainer.callbacks.append(callback)
-    start = time.perf_counter()
-    cli.trainer.fit(cli.model, cli.datamodule)
-    fit_seconds = time.perf_counter() - start
-    scores = [h["score"] for h in callback.history] or [float("nan")]
-    crossed = callback.crossed
-    return RunResult(
-        seed=seed,
-        crossed=crossed is not None,
-        env_steps=int(crossed["env_steps"]) if crossed else None,
-        fit_seconds=fit_seconds,
-        eval_seconds=callback.eval_seconds,
-        train_seconds=fit_seconds - callback.eval_seconds,
-        final_score=scores[-1],
-        best_score=max(scores),
-        total_env_steps=int(cli.datamodule.total_env_steps),
-        history=callback.history,
-    )
-
-
-def _median_or_inf(values: list[float | None]) -> float:
-    """Median where a run that never crossed counts as +inf (so a majority of failures gives inf)."""
-    return statistics.median([float("inf") if v is None else v for v in values])
+    return fit_with(task.config, seed, callback, extra)
 
 
 def print_learning(results: dict[str, list[RunResult]], verbose: bool) -> bool:
@@ -261,20 +129,6 @@ def print_learning(results: dict[str, list[RunResult]], verbose: bool) -> bool:
 def _steps_for(num_envs: int, quick: bool) -> int:
     budget = 60_000 if quick else 200_000  # transitions per measurement
     return max(64, min(4_000, budget // num_envs))
-
-
-def raw_env_rate(num_envs: int, steps: int) -> float:
-    env = BatchedEnv(CartPole(), num_envs, "cpu", seed=0)
-    generator = torch.Generator().manual_seed(1)
-    env.reset()
-    for _ in range(10):  # warm-up
-        env.step(torch.randint(0, 2, (num_envs,), generator=generator))
-    start = time.perf_counter()
-    for _ in range(steps):
-        env.step(torch.randint(0, 2, (num_envs,), generator=generator))
-    seconds = time.perf_counter() - start
-    env.close()
-    return steps * num_envs / seconds
 
 
 def act_rate(module: PPO, num_envs: int, steps: int) -> float:
@@ -486,8 +340,7 @@ def main() -> None:
         for key in envs:
             results[key] = []
             for seed in range(args.seed_offset, args.seed_offset + seeds):
-                extra = [part for kv in args.override for part in ("--" + kv.split("=", 1)[0], kv.split("=", 1)[1])]
-                r = run_learning(TASKS[key], seed, extra)
+                r = run_learning(TASKS[key], seed, overrides_to_args(args.override))
                 results[key].append(r)
                 print(
                     f"  [{TASKS[key].name} seed {seed}] crossed={r.crossed} env_steps={r.env_steps} "
