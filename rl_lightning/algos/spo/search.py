@@ -151,13 +151,7 @@ def smc_search(
     num_envs = root_state.batch_size[0]
     device = root_obs.device
     root_value = prior.value(root_obs[keys.OBS])
-    params = prior.repeat(prior.params(root_obs), n)
-    if explore and config.root_noise_fraction > 0 and prior.spec.discrete:
-        params = (prior.dirichlet_mix(params[0], config.dirichlet_alpha, config.root_noise_fraction, generator),)
-    root_actions = prior.sample(params, generator)  # [E·N(, D)], particle-major within each env
-    if explore and config.root_noise_fraction > 0 and not prior.spec.discrete:
-        root_actions = prior.perturb(root_actions, config.root_noise_fraction, generator)
-
+    root_actions = _root_actions(prior, root_obs, config, generator, explore)
     offsets = torch.arange(num_envs, device=device).unsqueeze(-1) * n  # [E, 1]
     state = root_state[torch.arange(num_envs, device=device).repeat_interleave(n)]
     action = root_actions
@@ -210,6 +204,24 @@ def smc_search(
         prior, root_actions, log_w, advantages, root_value, temperature, generator, greedy,
         _stack(ess, num_envs, device), _stack(alive_frac, num_envs, device), _stack(resampled, num_envs, device),
     )  # fmt: skip
+
+
+def _root_actions(
+    prior: ActorCriticPrior,
+    root_obs: TensorDict,
+    config: SearchConfig,
+    generator: torch.Generator | None,
+    explore: bool,
+) -> torch.Tensor:
+    """``N`` prior samples per env, ``[E·N(, D)]`` (env ``e`` owns rows ``e·N … e·N + N − 1``), with root noise."""
+    noisy = explore and config.root_noise_fraction > 0
+    params = prior.repeat(prior.params(root_obs), config.num_particles)
+    if noisy and prior.spec.discrete:
+        params = (prior.dirichlet_mix(params[0], config.dirichlet_alpha, config.root_noise_fraction, generator),)
+    actions = prior.sample(params, generator)
+    if noisy and not prior.spec.discrete:
+        actions = prior.perturb(actions, config.root_noise_fraction, generator)
+    return actions
 
 
 def _resample_due(config: SearchConfig, d: int, ess: torch.Tensor) -> torch.Tensor | None:
