@@ -124,3 +124,47 @@ def categorical_kl(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tens
     # Mask the log-difference itself (not only the product) so that 0 · (−inf) never reaches autograd.
     log_ratio = torch.where(p > 0, log_p - log_q, torch.zeros_like(log_p))
     return (p * log_ratio).sum(-1)
+
+
+# ----- DreamerV3 transforms and latent distributions (dreamer.md §2, §4) ------------------------------------------
+
+
+def symlog(x: torch.Tensor) -> torch.Tensor:
+    """sign(x)·log(1 + |x|): compresses large magnitudes, identity near 0 (Hafner et al. 2023, eq. 9)."""
+    return torch.sign(x) * torch.log1p(x.abs())
+
+
+def symexp(x: torch.Tensor) -> torch.Tensor:
+    """sign(x)·(exp(|x|) − 1), the inverse of ``symlog``."""
+    return torch.sign(x) * torch.expm1(x.abs())
+
+
+def unimix_logits(logits: torch.Tensor, unimix: float) -> torch.Tensor:
+    """Log-probabilities of ``(1 − unimix)·softmax(logits) + unimix/K`` over the last dim (K classes).
+
+    Every probability is at least ``unimix/K``, so KLs and log-probs stay finite however peaked the logits get.
+    """
+    if unimix <= 0.0:
+        return logits.log_softmax(-1)
+    probs = logits.softmax(-1)
+    mixed = (1.0 - unimix) * probs + unimix / logits.shape[-1]
+    return mixed.log()
+
+
+def onehot_straight_through(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """A one-hot sample of ``softmax(logits)`` whose gradient is that of the probabilities (straight-through).
+
+    The forward value is an exact one-hot (Gumbel-max over the last dim, from ``generator``); backward treats the
+    sample as ``probs`` (Bengio et al. 2013), as DreamerV3's latents and discrete actions do.
+    """
+    index = categorical_sample(logits.detach(), generator)
+    sample = torch.nn.functional.one_hot(index, logits.shape[-1]).to(logits.dtype)
+    probs = logits.softmax(-1)
+    return sample + probs - probs.detach()
+
+
+def onehot_mode(logits: torch.Tensor) -> torch.Tensor:
+    """The most likely class as a one-hot (evaluation); straight-through like ``onehot_straight_through``."""
+    sample = torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
+    probs = logits.softmax(-1)
+    return sample + probs - probs.detach()
