@@ -2,7 +2,17 @@
 
 from rl_lightning.data.collector import Collector
 from rl_lightning.data.on_policy import OnPolicyDataModule, Rollout
-from rl_lightning.data.replay import ReplayRing
+from rl_lightning.data.ratio import Ratio
+from rl_lightning.data.replay import ReplayRing, check_sequence_replay
 from rl_lightning.data.replay_datamodule import ReplayDataModule, ReplayUpdate
 
-__all__ = ["Collector", "OnPolicyDataModule", "ReplayDataModule", "ReplayRing", "ReplayUpdate", "Rollout"]
+__all__ = [
+    "Collector",
+    "OnPolicyDataModule",
+    "Ratio",
+    "ReplayDataModule",
+    "ReplayRing",
+    "ReplayUpdate",
+    "Rollout",
+    "check_sequence_replay",
+]
