@@ -54,3 +54,26 @@ def tiny_spo(env: Any = None, num_envs: int = 4, rollout_length: int = 8, total_
     model_kwargs = {"hidden_sizes": (16,), "num_particles": 4, "search_depth": 2, "resample_period": 2}
     model_kwargs.update({k: v for k, v in kwargs.items() if k not in data_keys})
     return SPO(env_spec=datamodule.env_spec, **model_kwargs), datamodule
+
+
+DREAMER_DATA_KEYS = {
+    "buffer_size", "batch_size", "sequence_length", "replay_ratio", "learning_starts", "pretrain_steps",
+    "commit_stride", "safety_margin", "min_ready_steps", "save_replay", "check_env", "engine", "device",
+}  # fmt: skip
+
+
+def tiny_dreamer(env: Any = None, num_envs: int = 2, rollout_length: int = 4, total_env_steps: int = 64, **kwargs: Any):
+    """A tiny DreamerV3 (``size=tiny``, horizon 3) and its datamodule: 2 envs × 4 ticks per cycle, ratio 0.25."""
+    from rl_lightning.algos import DreamerV3
+    from rl_lightning.data import DreamerDataModule
+
+    data_kwargs = {"buffer_size": 256, "batch_size": 2, "sequence_length": 4, "replay_ratio": 0.25,
+                   "learning_starts": 16, "commit_stride": 2}  # fmt: skip
+    data_kwargs.update({k: v for k, v in kwargs.items() if k in DREAMER_DATA_KEYS})
+    datamodule = DreamerDataModule(
+        env or CartPole(), num_envs=num_envs, rollout_length=rollout_length, total_env_steps=total_env_steps,
+        **data_kwargs,
+    )  # fmt: skip
+    model_kwargs = {"size": "tiny", "horizon": 3, "bins": 15, "warmup_steps": 0, "lr": 1e-3}
+    model_kwargs.update({k: v for k, v in kwargs.items() if k not in DREAMER_DATA_KEYS})
+    return DreamerV3(env_spec=datamodule.env_spec, **model_kwargs), datamodule

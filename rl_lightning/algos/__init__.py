@@ -1,7 +1,8 @@
 """LightningModules of the algorithms."""
 
 from rl_lightning.algos.base import RLModule
+from rl_lightning.algos.dreamer import DreamerV3
 from rl_lightning.algos.ppo import PPO
 from rl_lightning.algos.spo import SPO
 
-__all__ = ["PPO", "RLModule", "SPO"]
+__all__ = ["DreamerV3", "PPO", "RLModule", "SPO"]

@@ -1,10 +1,19 @@
 """Callbacks that own every cadence of a run."""
 
 from rl_lightning.callbacks.checkpoint import RLCheckpoint
+from rl_lightning.callbacks.cuda_stream_weight_sync import CUDAStreamWeightSync
 from rl_lightning.callbacks.early_stopping import EarlyStopping
 from rl_lightning.callbacks.evaluation import Evaluation
 from rl_lightning.callbacks.fail_fast import FailFast
 from rl_lightning.callbacks.progress import EnvStepProgressBar
 from rl_lightning.callbacks.soft_target_update import SoftTargetUpdate
 
-__all__ = ["EarlyStopping", "EnvStepProgressBar", "Evaluation", "FailFast", "RLCheckpoint", "SoftTargetUpdate"]
+__all__ = [
+    "CUDAStreamWeightSync",
+    "EarlyStopping",
+    "EnvStepProgressBar",
+    "Evaluation",
+    "FailFast",
+    "RLCheckpoint",
+    "SoftTargetUpdate",
+]

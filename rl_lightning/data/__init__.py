@@ -1,6 +1,7 @@
 """Collectors, rollouts and IterableDataModules."""
 
 from rl_lightning.data.collector import Collector
+from rl_lightning.data.dreamer_datamodule import DreamerDataModule, DreamerUpdate
 from rl_lightning.data.on_policy import OnPolicyDataModule, Rollout
 from rl_lightning.data.ratio import Ratio
 from rl_lightning.data.replay import ReplayRing, check_sequence_replay
@@ -8,6 +9,8 @@ from rl_lightning.data.replay_datamodule import ReplayDataModule, ReplayUpdate
 
 __all__ = [
     "Collector",
+    "DreamerDataModule",
+    "DreamerUpdate",
     "OnPolicyDataModule",
     "Ratio",
     "ReplayDataModule",

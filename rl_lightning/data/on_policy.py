@@ -110,9 +110,13 @@ class OnPolicyDataModule(pl.LightningDataModule):
         device = self._resolve_device()
         seed = self.seed if self.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
         env = BatchedEnv(self.env, self.num_envs, device, seed=seed + rank * self.num_envs, check=self.check_env)
-        self.collector = Collector(env, seed=seed + rank * self.num_envs + 10_007)
+        self.collector = self._make_collector(env, seed + rank * self.num_envs + 10_007)
         if self._restored is not None:
             self._apply_state(self._restored)
+
+    def _make_collector(self, env: BatchedEnv, seed: int) -> Any:
+        """The collector stepping ``env`` (sequence-replay modules emit a different row layout)."""
+        return Collector(env, seed=seed)
 
     def check_fit_config(self, module: Any) -> None:
         """Config arithmetic that would make a run fail or never optimise; raises one-line ``ValueError``s."""

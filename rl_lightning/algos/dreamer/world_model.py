@@ -1,0 +1,129 @@
+"""DreamerV3's world model: encoder, RSSM, decoder, reward and continue heads, and its loss (dreamer.md §2–§3)."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+from torch.nn import functional as F
+
+from rl_lightning import keys
+from rl_lightning.envs.base import EnvSpec
+from rl_lightning.networks import distributions as D
+from rl_lightning.networks.dreamer_nets import CNNDecoder, CNNEncoder, DreamerSize, Head, MLPDecoder, MLPEncoder
+from rl_lightning.networks.mlp import flat_size
+from rl_lightning.networks.rssm import RSSM
+from rl_lightning.objectives import dreamer as L
+
+
+class WorldModel(nn.Module):
+    """Learns a latent model of the env from replayed sequences.
+
+    Vector observations go through an MLP encoder with symlog inputs and are reconstructed in symlog space;
+    images (``[C, H, W]``, uint8 0–255) through a CNN with a sigmoid decoder. Rewards use a two-hot head, the
+    continue flag a Bernoulli head; both heads read ``feat = concat(deter, stoch)``.
+
+    Args:
+        spec: the env's spec (observation shape decides MLP vs CNN).
+        action_dim: width of the model-format action.
+        size: the network sizes (a preset from ``DREAMER_SIZES``).
+        unimix: uniform mix of the latent categoricals.
+        initial: RSSM initial state, ``zeros`` (2024) or ``learned`` (2023).
+        norm: ``rms`` (2024) or ``layer`` (2023).
+        reward_bins: bins of the two-hot reward head.
+        twohot_space: ``raw`` (2024 symexp bins) or ``symlog`` (2023).
+        continuous_actions: the action is a box (preprocessed by a / max(1, |a|)).
+    """
+
+    def __init__(
+        self,
+        spec: EnvSpec,
+        action_dim: int,
+        size: DreamerSize,
+        unimix: float = 0.01,
+        initial: str = "zeros",
+        norm: str = "rms",
+        reward_bins: int = 255,
+        twohot_space: str = "raw",
+        continuous_actions: bool = False,
+    ) -> None:
+        super().__init__()
+        self.image = len(spec.obs_shape) == 3
+        if self.image:
+            self.encoder: nn.Module = CNNEncoder(spec.obs_shape, size.cnn_depth, norm=norm)
+        else:
+            self.encoder = MLPEncoder(flat_size(spec.obs_shape), size.hidden, size.mlp_layers, norm=norm)
+        self.rssm = RSSM(
+            action_dim, self.encoder.out_dim, size.deter, size.hidden, size.stoch, size.classes,
+            blocks=size.blocks, unimix=unimix, initial=initial, norm=norm, continuous_actions=continuous_actions,
+        )  # fmt: skip
+        feat = self.rssm.feature_dim
+        if self.image:
+            self.decoder: nn.Module = CNNDecoder(feat, spec.obs_shape, size.cnn_depth, norm=norm)
+        else:
+            self.decoder = MLPDecoder(feat, flat_size(spec.obs_shape), size.hidden, size.mlp_layers, norm=norm)
+        self.reward_codec = L.TwoHot(reward_bins, space=twohot_space)
+        self.reward_head = Head(feat, reward_bins, size.hidden, size.head_layers, outscale=0.0, norm=norm)
+        self.cont_head = Head(feat, 1, size.hidden, size.head_layers, outscale=1.0, norm=norm)
+        self.obs_shape = spec.obs_shape
+
+    def embed(self, obs: torch.Tensor) -> torch.Tensor:
+        """Observation(s) ``[..., *obs_shape]`` → embedding ``[..., E]``."""
+        return self.encoder(obs if self.image else obs.flatten(-len(self.obs_shape)))
+
+    def reward(self, feat: torch.Tensor) -> torch.Tensor:
+        """Predicted reward (raw scale) of each feature."""
+        return self.reward_codec.decode(self.reward_head(feat))
+
+    def cont(self, feat: torch.Tensor) -> torch.Tensor:
+        """Predicted probability that the state is not terminal (times the continue discount in 2024 mode)."""
+        return torch.sigmoid(self.cont_head(feat).squeeze(-1))
+
+    def observe(
+        self, seq: TensorDict, actions: torch.Tensor, generator: torch.Generator
+    ) -> tuple[TensorDict, torch.Tensor]:
+        """Filter a replayed ``[T, B]`` sequence: posterior states and prior log-probs.
+
+        Row ``t``'s RSSM step uses the previous row's action (zeros for row 0); row 0 is always treated as an
+        episode start, so every sampled window begins from the initial state (dreamer.md §12.2).
+        """
+        prev = torch.cat([torch.zeros_like(actions[:1]), actions[:-1]])
+        is_first = seq[keys.IS_FIRST].clone()
+        is_first[0] = True
+        return self.rssm.observe(self.embed(seq[keys.OBS]), prev, is_first, None, generator)
+
+    def loss(
+        self,
+        seq: TensorDict,
+        actions: torch.Tensor,
+        generator: torch.Generator,
+        free_nats: float,
+        horizon: float,
+        discount_continue: bool,
+    ) -> tuple[dict[str, torch.Tensor], TensorDict, dict[str, torch.Tensor]]:
+        """Per-step ``[T, B]`` loss terms (``rec``, ``rew``, ``con``, ``dyn``, ``rep``), posteriors and diagnostics."""
+        posts, prior_logp = self.observe(seq, actions, generator)
+        feat = self.rssm.feature(posts)
+        obs = seq[keys.OBS]
+        if self.image:
+            target = obs.float() / 255.0
+            rec = (self.decoder(feat) - target).pow(2).flatten(2).sum(-1)
+        else:
+            rec = (self.decoder(feat) - D.symlog(obs.flatten(2).float())).pow(2).sum(-1)
+        rew = self.reward_codec.loss(self.reward_head(feat), seq[keys.REWARD].float())
+        con_target = L.continue_target(seq[keys.TERMINATED].float(), horizon, discount_continue)
+        con = F.binary_cross_entropy_with_logits(self.cont_head(feat).squeeze(-1), con_target, reduction="none")
+        dyn, rep, kl = L.kl_losses(posts["logits"], prior_logp, free_nats)
+        terms = {"rec": rec, "rew": rew, "con": con, "dyn": dyn, "rep": rep}
+        with torch.no_grad():
+            diagnostics = {
+                "kl": kl.mean(),
+                "post_entropy": _entropy(posts["logits"]).mean(),
+                "prior_entropy": _entropy(prior_logp).mean(),
+            }
+        return terms, posts, diagnostics
+
+
+def _entropy(logp: torch.Tensor) -> torch.Tensor:
+    """Entropy of the latent state, summed over its categoricals."""
+    return -(logp.exp() * logp).sum((-2, -1))

@@ -1,0 +1,345 @@
+"""``DreamerDataModule``: sequence replay fed by an actor window per update, paced by a ``Ratio`` scheduler.
+
+Each ``next()`` is one cycle of the engine (both engines share the functional core: ``SequenceCollector.tick``,
+``ReplayRing.add/commit``, ``Ratio``, ``ReplayRing.sample_sequences``)::
+
+    cpu engine (deterministic, one thread):    [actor window k → commit] → [ratio → sample] → learner update k
+    cuda async engine (actor/learner streams):  sample (rows committed ≤ window k−1) on the learner stream
+                                                ∥ actor window k on the actor stream, after policy_ready_event
+
+In the async engine the actor window and the learner's update run concurrently on the GPU; the learner only
+samples rows whose commit event it waited on, and never the oldest ``safety_margin`` rows that the running
+window may be overwriting. The actor acts with weights one update old (``policy/lag`` shows it).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from rl_lightning import keys
+from rl_lightning.data.on_policy import OnPolicyDataModule, Rollout, _gather_per_rank, _require_positive
+from rl_lightning.data.ratio import Ratio
+from rl_lightning.data.replay import ReplayRing, check_sequence_replay
+from rl_lightning.data.sequence_collector import SequenceCollector
+from rl_lightning.data.timing import PhaseTimer
+from rl_lightning.envs.base import BatchedEnv, TorchEnv
+from rl_lightning.errors import ConfigError
+from rl_lightning.evaluation import random_action
+
+ENGINES = ("auto", "cpu", "cuda_async")
+
+
+@dataclass
+class DreamerUpdate:
+    """One cycle's data.
+
+    Attributes:
+        batches: ``[gradient_steps, sequence_length, batch_size]`` sequences, or ``None`` when the ratio asks for
+            no gradient step this cycle (prefill, warm-up, or a fractional ratio).
+        stats: scalar tensors for logging (``rollout/*``, ``perf/*``, ``replay/*``).
+    """
+
+    batches: TensorDict | None
+    stats: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class DreamerDataModule(OnPolicyDataModule):
+    """Owns the envs, the sequence collector, the ``ReplayRing`` and the ``Ratio`` scheduler of DreamerV3.
+
+    Env steps are policy steps, counted as DreamerV3 counts them: one per env per tick, including the one reset
+    tick each episode adds (see ``SequenceCollector``).
+
+    Args:
+        env: the env core (e.g. ``rl_lightning.envs.CartPole``, ``Catch`` for pixels).
+        num_envs: parallel envs per rank.
+        rollout_length: ticks per env in each actor window (one window per ``training_step``).
+        total_env_steps: env-step budget over all ranks (rounded up to whole windows).
+        buffer_size: replay rows kept per rank (split evenly over envs; the oldest are overwritten).
+        batch_size: sequences per gradient step (B).
+        sequence_length: rows per sequence (T); every sampled window starts from the RSSM's initial state.
+        replay_ratio: gradient steps per policy step after ``learning_starts`` (danijar's ``train_ratio`` is
+            ``replay_ratio · batch_size · sequence_length``).
+        learning_starts: env steps (over all ranks) of uniform-random prefill before the first gradient step;
+            not counted by the ratio.
+        pretrain_steps: extra gradient steps taken once, at the first training cycle.
+        commit_stride: ticks between commits (what the learner may sample is advanced every this many ticks).
+        safety_margin: oldest committed rows the learner never samples (what a running window may overwrite);
+            ``None`` = ``max(sequence_length, rollout_length)``.
+        min_ready_steps: committed rows per env needed before training; ``None`` = ``sequence_length``.
+        engine: ``cpu`` (deterministic, interleaved), ``cuda_async`` (actor/learner streams) or ``auto``
+            (``cuda_async`` on a CUDA device, else ``cpu``).
+        save_replay: also store the ring's contents in checkpoints (bit-exact resume; large files).
+        seed: base seed; ``None`` takes the CLI's ``seed_everything`` value (per-rank offsets).
+        device: where envs and the ring live; ``"auto"`` follows the module's device.
+        check_env: validate every action against the action space (slow, for debugging).
+        eval_episodes: episodes played by ``rl-lightning validate``/``test``.
+        eval_seed: seed of those episodes' env.
+    """
+
+    def __init__(
+        self,
+        env: TorchEnv,
+        num_envs: int = 4,
+        rollout_length: int = 16,
+        total_env_steps: int = 100_000,
+        buffer_size: int = 1_000_000,
+        batch_size: int = 16,
+        sequence_length: int = 64,
+        replay_ratio: float = 0.5,
+        learning_starts: int = 1024,
+        pretrain_steps: int = 0,
+        commit_stride: int = 8,
+        safety_margin: int | None = None,
+        min_ready_steps: int | None = None,
+        engine: str = "auto",
+        save_replay: bool = False,
+        seed: int | None = None,
+        device: str = "auto",
+        check_env: bool = False,
+        eval_episodes: int = 10,
+        eval_seed: int = 12_345,
+    ) -> None:
+        _require_positive("data.rollout_length", rollout_length, "set the ticks per actor window, e.g. 16")
+        _require_positive("data.buffer_size", buffer_size, "set the replay rows kept per rank, e.g. 1000000")
+        _require_positive("data.batch_size", batch_size, "set the sequences per gradient step, e.g. 16")
+        if engine not in ENGINES:
+            raise ConfigError(f"data.engine={engine!r} is invalid: choose one of {list(ENGINES)}")
+        if not isinstance(learning_starts, int) or learning_starts < 0:
+            raise ConfigError(f"data.learning_starts={learning_starts!r}: must be an integer >= 0")
+        self.ratio = Ratio(replay_ratio, pretrain_steps)  # validates both
+        super().__init__(
+            env, num_envs, rollout_length, total_env_steps, seed, device, check_env, eval_episodes, eval_seed
+        )
+        self.rollout_length = rollout_length
+        self.buffer_size = buffer_size
+        self.batch_size = batch_size
+        self.sequence_length = sequence_length
+        self.replay_ratio = replay_ratio
+        self.learning_starts = learning_starts
+        self.pretrain_steps = pretrain_steps
+        self.commit_stride = commit_stride
+        self.safety_margin = max(sequence_length, rollout_length) if safety_margin is None else safety_margin
+        self.min_ready_steps = sequence_length if min_ready_steps is None else min_ready_steps
+        self.engine = engine
+        self.save_replay = save_replay
+        self.replay: ReplayRing | None = None
+        self.sample_generator: torch.Generator | None = None
+        self.actor_stream: Any = None
+        self.local_gradient_steps = 0
+        self.train_start: int | None = None  # local policy steps before the first training cycle
+        self._player: Any = None
+        self._realign = False
+        self._actor_timer: PhaseTimer | None = None
+        self._last_cycle: float | None = None
+        self._check_replay()
+
+    def _check_replay(self) -> None:
+        check_sequence_replay(
+            sequence_length=self.sequence_length, commit_stride=self.commit_stride,
+            min_ready_steps=self.min_ready_steps, safety_margin=self.safety_margin, capacity=self.capacity,
+        )  # fmt: skip
+
+    @property
+    def capacity(self) -> int:
+        """Replay rows per env."""
+        return self.buffer_size // self.num_envs
+
+    @property
+    def async_engine(self) -> bool:
+        return self.actor_stream is not None
+
+    def _make_collector(self, env: BatchedEnv, seed: int) -> SequenceCollector:
+        return SequenceCollector(env, seed=seed)
+
+    def setup(self, stage: str) -> None:
+        if self.collector is not None:
+            return
+        super().setup(stage)
+        assert self.collector is not None
+        device = self.collector.env.device
+        if self.engine == "cuda_async" and device.type != "cuda":
+            raise ConfigError(f"data.engine='cuda_async' needs a CUDA device, got {device}; use 'cpu' or 'auto'")
+        if device.type == "cuda" and self.engine in ("auto", "cuda_async"):
+            self.actor_stream = torch.cuda.Stream(device)
+        seed = self.collector.generator.initial_seed() + 20_011
+        self.sample_generator = torch.Generator(device=device).manual_seed(seed)
+        self.replay = ReplayRing(self.capacity, self.num_envs, device, safety_margin=self.safety_margin)
+        self._actor_timer = PhaseTimer(device)
+        if self._restored is not None:
+            self._apply_replay_state(self._restored)
+
+    def check_fit_config(self, module: Any) -> None:
+        """Configs that could never train are errors here, before any env exists."""
+        super().check_fit_config(module)
+        self._check_replay()
+        per_env_budget = -(-self.total_env_steps // (self.num_envs * self.world_size))
+        if per_env_budget < self.min_ready_steps:
+            raise ConfigError(
+                f"data.total_env_steps={self.total_env_steps} gives each env only {per_env_budget} ticks, fewer "
+                f"than data.min_ready_steps={self.min_ready_steps}: no batch could ever be sampled; raise "
+                "total_env_steps or lower sequence_length"
+            )
+        if self.learning_starts >= self.total_env_steps:
+            raise ConfigError(
+                f"data.learning_starts={self.learning_starts} is not below data.total_env_steps="
+                f"{self.total_env_steps}: training would never start; lower learning_starts"
+            )
+
+    # ----- one engine cycle ---------------------------------------------------------------------------------
+    def collect(self) -> DreamerUpdate:  # type: ignore[override]
+        """Run one actor window and sample this cycle's batches (see the module docstring for the order)."""
+        if self.collector is None or self.replay is None:
+            raise RuntimeError("DreamerDataModule.collect called before setup()")
+        module = self.trainer.lightning_module
+        if self.async_engine:
+            batches = self._sample(self._due())  # rows committed by earlier windows only
+            self._actor_window(module)
+        else:
+            self._actor_window(module)
+            batches = self._sample(self._due())
+        update = DreamerUpdate(batches, self._stats(module))
+        if batches is not None:
+            self.last_rollout = Rollout(batches, update.stats)  # what FailFast saves to replay a bad update
+        return update
+
+    def _policy(self, module: Any) -> Any:
+        if self.env_steps < self.learning_starts:
+            spec = self.collector.env.spec  # type: ignore[union-attr]
+            return lambda view, gen: TensorDict(
+                {keys.ACTION: random_action(spec, view, gen)}, batch_size=view.batch_size, device=view.device
+            )
+        if self._player is None:
+            env = self.collector.env  # type: ignore[union-attr]
+            self._player = module.player(env.num_envs, env.device)
+            if self._restored is not None and self._restored.get("players"):
+                self._load_player(self._restored["players"])
+        return self._player
+
+    def _actor_window(self, module: Any) -> None:
+        assert self.collector is not None
+        assert self.replay is not None
+        assert self._actor_timer is not None
+        stream = self.actor_stream
+        with torch.cuda.stream(stream) if stream is not None else _nullcontext():
+            if stream is not None and module.policy_ready_event is not None:
+                stream.wait_event(module.policy_ready_event)
+            self._actor_timer.start(stream)
+            policy = self._policy(module)
+            done = 0
+            while done < self.rollout_length:
+                ticks = min(self.commit_stride, self.rollout_length - done)
+                self.replay.add(self.collector.rollout(policy, ticks, module.actor_policy_version()))
+                self.replay.commit(_record_event(stream))
+                done += ticks
+            self._actor_timer.stop(stream)
+        self.local_env_steps += self.rollout_size
+
+    def _due(self) -> int:
+        """Gradient steps the ratio grants now (0 until prefill is over and enough rows are committed)."""
+        assert self.replay is not None
+        if self.env_steps < self.learning_starts or self.replay.ready_rows(committed_only=True) < self.min_ready_steps:
+            return 0
+        if self.train_start is None:
+            self.train_start = self.local_env_steps - self.rollout_size
+        steps = self.local_env_steps - self.train_start
+        if self._realign:
+            self.ratio.realign(steps)
+            self._realign = False
+        return self.ratio(steps)
+
+    def _sample(self, due: int) -> TensorDict | None:
+        if due == 0:
+            return None
+        assert self.replay is not None
+        assert self.sample_generator is not None
+        flat = self.replay.sample_sequences(
+            due * self.batch_size, self.sequence_length, self.sample_generator, committed_only=True
+        )
+        self.local_gradient_steps += due
+        return flat.reshape(self.sequence_length, due, self.batch_size).transpose(0, 1)
+
+    def _stats(self, module: Any) -> dict[str, torch.Tensor]:
+        assert self.replay is not None
+        assert self._actor_timer is not None
+        stats = self.rollout_stats()
+        trained = self.local_env_steps - self.train_start if self.train_start is not None else 0
+        stats["replay/size"] = torch.tensor(float(len(self.replay) * self.world_size))
+        stats["replay/fill"] = torch.tensor(self.replay.size / self.replay.capacity)
+        stats["replay/committed_t"] = torch.tensor(float(self.replay.committed_t))
+        stats["replay/ratio_actual"] = torch.tensor(self.local_gradient_steps / max(trained, 1))
+        stats["replay/ratio_requested"] = torch.tensor(float(self.replay_ratio))
+        actor_ms = self._actor_timer.poll()
+        if actor_ms is not None:
+            stats["perf/actor_ms"] = torch.tensor(actor_ms)
+        learner_ms = getattr(module, "last_learner_ms", None)
+        now = time.perf_counter()
+        if actor_ms is not None and learner_ms is not None and self._last_cycle is not None:
+            cycle_ms = 1e3 * (now - self._last_cycle)
+            hidden = (actor_ms + learner_ms - cycle_ms) / max(min(actor_ms, learner_ms), 1e-6)
+            stats["perf/overlap_eff"] = torch.tensor(min(max(hidden, 0.0), 1.0))
+        self._last_cycle = now
+        return stats
+
+    # ----- checkpointing ------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.replay is not None and self.sample_generator is not None:
+            mine = {
+                "ring": self.replay.state_dict(include_storage=self.save_replay),
+                "sample_generator": self.sample_generator.get_state(),
+                "local_gradient_steps": self.local_gradient_steps,
+            }
+            state["replay"] = _gather_per_rank(mine, self.world_size)
+            player = self._player.state_dict() if self._player is not None else None
+            state["players"] = _gather_per_rank(player, self.world_size)
+        state["ratio"] = self.ratio.state_dict()
+        state["train_start"] = self.train_start
+        return state
+
+    def _apply_state(self, state: dict[str, Any]) -> None:
+        super()._apply_state(state)
+        if self.replay is not None:
+            self._apply_replay_state(state)
+
+    def _apply_replay_state(self, state: dict[str, Any]) -> None:
+        assert self.replay is not None
+        assert self.sample_generator is not None
+        if "ratio" in state:
+            self.ratio.load_state_dict(state["ratio"])
+        self.train_start = state.get("train_start")
+        replays = state.get("replay", [])
+        rank = self.trainer.global_rank if self.trainer is not None else 0
+        restored = len(replays) == self.world_size and replays[rank]["ring"].get("storage") is not None
+        if len(replays) == self.world_size:
+            mine = replays[rank]
+            self.replay.load_state_dict(mine["ring"])
+            self.sample_generator.set_state(mine["sample_generator"])
+            self.local_gradient_steps = int(mine["local_gradient_steps"])
+        # A ring that was not restored refills first; the ratio must not then pay back the refill in one burst.
+        self._realign = not restored and self.train_start is not None
+
+    def _load_player(self, players: list[Any]) -> None:
+        rank = self.trainer.global_rank if self.trainer is not None else 0
+        if len(players) == self.world_size and players[rank] is not None:
+            self._player.load_state_dict(players[rank])
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *args: Any) -> None:
+        return None
+
+
+def _record_event(stream: Any) -> Any:
+    if stream is None:
+        return None
+    event = torch.cuda.Event()
+    event.record(stream)
+    return event

@@ -1,0 +1,186 @@
+"""``SequenceCollector``: steps a ``BatchedEnv`` and emits DreamerV3's replay stream, one row per env per tick.
+
+DreamerV3 (dreamer.md §1) trains on a continuous per-env stream where row ``t`` holds what the agent *saw* at
+tick ``t`` and what it did there::
+
+    tick        t=0          t=1         ...   t=T            t=T+1        t=T+2
+    obs         o_0 (reset)  o_1               o_T (terminal) o'_0 (reset)  o'_1
+    reward      0            r_1               r_T            0             r'_1
+    is_first    1            0                 0              1             0
+    terminated  0            0                 term_T         0             0
+    truncated   0            0                 trunc_T        0             0
+    action      a_0          a_1               0 (ignored)    a'_0          a'_1
+
+``reward_t`` is the reward received on arriving at ``o_t``; ``terminated``/``truncated`` say that ``o_t`` ends the
+episode (``is_last`` = either). The terminal observation is a row of its own, so the world model learns to predict
+termination from it; its action is zeroed and the env is *not* stepped on that tick (the next row is the reset
+observation the same-step auto-reset already produced). So every env writes exactly one row per tick, and the
+ring stays a lockstep ``[T, num_envs]`` array. Like danijar's driver, each tick counts as one policy step per env,
+including the reset tick (one per episode).
+
+The env is stepped functionally (``step_state(..., inplace=False)``) and the state of envs showing a terminal row
+is kept with a branch-free ``torch.where``; the discarded branch is released (Gymnasium snapshots).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from torchmetrics import MeanMetric
+
+from rl_lightning import keys
+from rl_lightning.envs.base import BatchedEnv
+
+#: ``(view, generator) -> TensorDict`` holding ``action``; the view carries ``obs`` and ``is_first``.
+Policy = Callable[[TensorDict, torch.Generator], TensorDict]
+
+
+class SequenceCollector:
+    """Collects ``[num_ticks, num_envs]`` rows of the DreamerV3 stream (see the module docstring).
+
+    Args:
+        env: the batched env to step (owned by the collector from now on).
+        seed: seeds the action-sampling generator.
+    """
+
+    def __init__(self, env: BatchedEnv, seed: int = 0) -> None:
+        self.env = env
+        self.generator = torch.Generator(device=env.device).manual_seed(seed)
+        self._view: TensorDict | None = None
+        self._pending: TensorDict | None = None  # reset observations waiting behind a terminal row
+        device = env.device
+        self._episode_return = torch.zeros(env.num_envs, device=device)
+        self._episode_length = torch.zeros(env.num_envs, device=device)
+        self.episode_return = MeanMetric(nan_strategy="disable").to(device)
+        self.episode_length = MeanMetric(nan_strategy="disable").to(device)
+        self.last_collect_seconds = 0.0
+
+    @property
+    def num_envs(self) -> int:
+        return self.env.num_envs
+
+    def _start(self) -> None:
+        first = self.env.reset()
+        n, device = self.env.num_envs, self.env.device
+        first[keys.REWARD] = torch.zeros(n, device=device)
+        first[keys.TERMINATED] = torch.zeros(n, dtype=torch.bool, device=device)
+        first[keys.TRUNCATED] = torch.zeros(n, dtype=torch.bool, device=device)
+        self._view = first
+        self._pending = first.select(*self._obs_keys(first)).clone()
+
+    @staticmethod
+    def _obs_keys(view: TensorDict) -> list[str]:
+        return [k for k in (keys.OBS, keys.ACTION_MASK) if view.get(k, None) is not None]
+
+    @torch.no_grad()
+    def tick(self, policy: Policy, policy_version: int) -> TensorDict:
+        """One tick: act on the current view, store it as a row, advance every env not showing a terminal row."""
+        if self._view is None:
+            self._start()
+        view, pending = self._view, self._pending
+        assert view is not None
+        assert pending is not None
+        acted = policy(view, self.generator)
+        action = acted[keys.ACTION]
+        last = view[keys.TERMINATED] | view[keys.TRUNCATED]
+        row = view.clone(recurse=False)
+        row[keys.ACTION] = torch.where(_expand(last, action), torch.zeros_like(action), action)
+        row[keys.POLICY_VERSION] = torch.full_like(last, policy_version, dtype=torch.int64)
+        self._view, self._pending = self._advance(view, pending, action, last)
+        return row
+
+    def _advance(
+        self, view: TensorDict, pending: TensorDict, action: torch.Tensor, last: torch.Tensor
+    ) -> tuple[TensorDict, TensorDict]:
+        env = self.env
+        old = env.state
+        assert old is not None
+        if env.check:
+            env.env.check_action(old, action)
+        stepped, out = env.env.step_state(old, action, env.generator, inplace=False)
+        env.state = torch.where(last, old, stepped)
+        env.env.release(torch.where(last, stepped, old))
+        done = (out[keys.TERMINATED] | out[keys.TRUNCATED]) & ~last
+        arrived = view.select(*self._obs_keys(view)).clone(recurse=False)
+        arrived[keys.OBS] = out[keys.FINAL_OBS]
+        if keys.ACTION_MASK in arrived.keys():  # noqa: SIM118 - TensorDict has no ``in``
+            arrived[keys.ACTION_MASK] = out[keys.ACTION_MASK]
+        nxt = torch.where(last, pending, arrived)
+        nxt[keys.REWARD] = torch.where(last, torch.zeros_like(out[keys.REWARD]), out[keys.REWARD])
+        nxt[keys.IS_FIRST] = last
+        nxt[keys.TERMINATED] = out[keys.TERMINATED] & ~last
+        nxt[keys.TRUNCATED] = out[keys.TRUNCATED] & ~last
+        fresh = out.select(*self._obs_keys(pending))
+        new_pending = torch.where(done, fresh, pending)
+        self._track_episodes(nxt[keys.REWARD], last, done)
+        return nxt, new_pending
+
+    def _track_episodes(self, reward: torch.Tensor, last: torch.Tensor, done: torch.Tensor) -> None:
+        self._episode_return += reward
+        self._episode_length += (~last).float()
+        self.episode_return.update(self._episode_return, done.float())
+        self.episode_length.update(self._episode_length, done.float())
+        self._episode_return.masked_fill_(done, 0.0)
+        self._episode_length.masked_fill_(done, 0.0)
+
+    @torch.no_grad()
+    def rollout(self, policy: Policy, num_ticks: int, policy_version: int) -> TensorDict:
+        """``num_ticks`` ticks stacked into a ``[num_ticks, num_envs]`` TensorDict."""
+        start = time.perf_counter()
+        rows = [self.tick(policy, policy_version) for _ in range(num_ticks)]
+        batch = torch.stack(rows)
+        self.last_collect_seconds = time.perf_counter() - start
+        return batch
+
+    def episode_stats(self) -> dict[str, torch.Tensor]:
+        """Mean return/length of episodes finished since the last call (NaN if none), synced over ranks."""
+        stats = {"episode_return": self.episode_return.compute(), "episode_length": self.episode_length.compute()}
+        self.episode_return.reset()
+        self.episode_length.reset()
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        """Generators, and for pure-tensor envs the live env state, views and open episodes (bit-exact resume)."""
+        state: dict[str, Any] = {
+            "env_generator": self.env.generator.get_state(),
+            "sampling_generator": self.generator.get_state(),
+        }
+        if self.env.env.state_is_tensors and self._view is not None and self.env.state is not None:
+            assert self._pending is not None
+            state["env_state"] = self.env.state.to_dict()
+            state["view"] = self._view.to_dict()
+            state["pending"] = self._pending.to_dict()
+            state["episode_return"] = self._episode_return.clone()
+            state["episode_length"] = self._episode_length.clone()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict``; without a saved env state every env starts a fresh episode."""
+        self.env.generator.set_state(state["env_generator"])
+        self.generator.set_state(state["sampling_generator"])
+        self.reset_episodes()
+        if "env_state" in state:
+            device, n = self.env.device, self.env.num_envs
+            self.env.state = TensorDict(state["env_state"], batch_size=[n]).to(device)
+            self._view = TensorDict(state["view"], batch_size=[n]).to(device)
+            self._pending = TensorDict(state["pending"], batch_size=[n]).to(device)
+            self._episode_return.copy_(state["episode_return"])
+            self._episode_length.copy_(state["episode_length"])
+
+    def reset_episodes(self) -> None:
+        """Forget the envs' current episodes (the next tick resets every env)."""
+        self._view = None
+        self._pending = None
+        self._episode_return.zero_()
+        self._episode_length.zero_()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _expand(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return mask.reshape(mask.shape + (1,) * (like.dim() - mask.dim()))
