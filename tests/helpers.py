@@ -58,7 +58,7 @@ def tiny_spo(env: Any = None, num_envs: int = 4, rollout_length: int = 8, total_
 
 DREAMER_DATA_KEYS = {
     "buffer_size", "batch_size", "sequence_length", "replay_ratio", "learning_starts", "pretrain_steps",
-    "commit_stride", "safety_margin", "min_ready_steps", "save_replay", "check_env", "engine", "device",
+    "commit_stride", "safety_margin", "min_ready_steps", "save_replay", "check_env", "engine", "device", "seed",
 }  # fmt: skip
 
 

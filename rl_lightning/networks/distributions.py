@@ -129,6 +129,11 @@ def categorical_kl(logits_p: torch.Tensor, logits_q: torch.Tensor) -> torch.Tens
 # ----- DreamerV3 transforms and latent distributions (dreamer.md §2, §4) ------------------------------------------
 
 
+def one_hot(index: torch.Tensor, classes: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``F.one_hot`` without its host sync (it reads the max index back to validate it): a broadcast compare."""
+    return (index.unsqueeze(-1) == torch.arange(classes, device=index.device)).to(dtype)
+
+
 def symlog(x: torch.Tensor) -> torch.Tensor:
     """sign(x)·log(1 + |x|): compresses large magnitudes, identity near 0 (Hafner et al. 2023, eq. 9)."""
     return torch.sign(x) * torch.log1p(x.abs())
@@ -158,13 +163,13 @@ def onehot_straight_through(logits: torch.Tensor, generator: torch.Generator | N
     sample as ``probs`` (Bengio et al. 2013), as DreamerV3's latents and discrete actions do.
     """
     index = categorical_sample(logits.detach(), generator)
-    sample = torch.nn.functional.one_hot(index, logits.shape[-1]).to(logits.dtype)
+    sample = one_hot(index, logits.shape[-1], logits.dtype)
     probs = logits.softmax(-1)
     return sample + probs - probs.detach()
 
 
 def onehot_mode(logits: torch.Tensor) -> torch.Tensor:
     """The most likely class as a one-hot (evaluation); straight-through like ``onehot_straight_through``."""
-    sample = torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
+    sample = one_hot(logits.argmax(-1), logits.shape[-1], logits.dtype)
     probs = logits.softmax(-1)
     return sample + probs - probs.detach()

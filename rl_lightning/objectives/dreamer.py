@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from rl_lightning.errors import ConfigError
-from rl_lightning.networks.distributions import symexp, symlog
+from rl_lightning.networks.distributions import one_hot, symexp, symlog
 
 TWOHOT_SPACES = ("raw", "symlog")
 """Bin layouts: ``raw`` = 2024 ``symexp_twohot`` (bins in raw units), ``symlog`` = v1 ``DiscDist`` (bins in symlog)."""
@@ -123,8 +123,8 @@ class TwoHot(nn.Module):
         total = torch.where(same, torch.ones_like(total), total)
         weight_below = torch.where(same, torch.ones_like(total), dist_above / total)
         weight_above = 1.0 - weight_below
-        onehot_below = nn.functional.one_hot(below, self.num_bins).to(y.dtype)
-        onehot_above = nn.functional.one_hot(above, self.num_bins).to(y.dtype)
+        onehot_below = one_hot(below, self.num_bins, y.dtype)
+        onehot_above = one_hot(above, self.num_bins, y.dtype)
         return onehot_below * weight_below.unsqueeze(-1) + onehot_above * weight_above.unsqueeze(-1)
 
     def decode(self, logits: torch.Tensor) -> torch.Tensor:

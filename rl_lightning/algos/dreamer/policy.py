@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch.nn import functional as F
 
 from rl_lightning.envs.base import EnvSpec
 from rl_lightning.networks import distributions as D
@@ -53,7 +52,7 @@ class ActionSpace:
     def to_model(self, env_action: torch.Tensor) -> torch.Tensor:
         """Env actions ``[...]``/``[..., *shape]`` → model format ``[..., dim]`` (float)."""
         if self.discrete:
-            return F.one_hot(env_action.long(), self.dim).float()
+            return D.one_hot(env_action.long(), self.dim)
         low, high = self._bounds(env_action.device)
         flat = env_action.reshape(*env_action.shape[: env_action.dim() - len(self.action_shape)], self.dim)
         return ((flat - low) / (high - low) * 2.0 - 1.0).clamp(-1.0, 1.0)
@@ -86,7 +85,7 @@ class ActionSpace:
         if self.discrete:
             logp = self.log_probs(out)
             index = logp.argmax(-1) if deterministic else D.categorical_sample(logp, generator)
-            return F.one_hot(index, self.dim).to(out.dtype)
+            return D.one_hot(index, self.dim, out.dtype)
         mean, log_std = self._normal(out)
         return mean if deterministic else D.normal_sample(mean, log_std, generator)
 

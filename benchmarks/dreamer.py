@@ -1,0 +1,500 @@
+"""DreamerV3 benchmark: gradient-step speed per size preset, replay-ratio pacing, CartPole sample efficiency.
+
+    python benchmarks/dreamer.py                                  # speed, ratio, cartpole (seeds 0,1,2)
+    python benchmarks/dreamer.py --sections speed --presets tiny,XS --speed-seconds 20
+    python benchmarks/dreamer.py --sections cartpole --seeds 0 --cartpole-steps 40000 --cartpole-minutes 30
+
+Run single-threaded (``torch.set_num_threads(1)``, set here). Sections:
+
+  speed     ``DreamerV3.update`` (one gradient step on a synthetic ``[T=64, B=16]`` replay batch shaped like the
+            ``SequenceCollector`` rows, horizon 15, LaProp, plus the slow-critic EMA the trainer's
+            ``SoftTargetUpdate`` applies) for the presets ``tiny``, ``XS``, ``S``, ``12M`` (``--presets``): 2 warm-up
+            steps, then up to ``--speed-steps`` steps, stopping early once ``--speed-seconds`` have passed (at least
+            one step is always timed). Reports steps/s, s/step and the agent's parameter count, on CPU and, if
+            ``torch.cuda.is_available()``, on CUDA too (synchronised around the timing). Information only.
+  ratio     short runs (size ``tiny``, horizon 3, batch 4 × 8, ``--ratio-steps`` env steps after a 1024-step
+            prefill) at several ``replay_ratio`` values and actor window / ``commit_stride`` combinations; reports
+            the achieved ratio ``local_gradient_steps / (local_env_steps - train_start)`` (what
+            ``replay/ratio_actual`` logs) against the requested one. PASS if |actual/requested − 1| <= 5% on every
+            combination.
+  cartpole  ``configs/dreamer.yaml`` unchanged except: logger, checkpointing, progress bar and the config's own
+            callbacks are replaced by one evaluation (``--eval-episodes`` deterministic episodes every
+            ``--eval-every`` env steps), the budget is ``--cartpole-steps`` (default: the config's
+            ``total_env_steps``) and optionally ``--cartpole-minutes`` of wall time per seed. A run stops at the
+            first evaluation with mean return >= 400. Training time = ``trainer.fit`` wall time minus evaluation
+            time, up to the crossing. PASS if every seed reaches 400 within the budget (median env steps reported),
+            and if every seed's achieved replay ratio is within 5% of the config's.
+
+The summary table has the columns check / measured / target / verdict and ends with ``OVERALL: PASS/FAIL`` (over the
+PASS/FAIL rows; ``info`` rows do not count).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from _common import (  # first: it silences warnings and Lightning's INFO logging before they import
+    REPO,
+    RunResult,
+    TargetEvaluation,
+    fit_with,
+    median_or_inf,
+    overrides_to_args,
+)
+
+# isort: split
+import lightning.pytorch as pl
+import torch
+import yaml
+from tensordict import TensorDict
+
+from rl_lightning import keys
+from rl_lightning.algos import DreamerV3
+from rl_lightning.data import DreamerDataModule
+from rl_lightning.envs import CartPole
+
+CONFIG = "dreamer.yaml"
+SPEED_T, SPEED_B, SPEED_HORIZON = 64, 16, 15
+SPEED_PRESETS = ("tiny", "XS", "S", "12M")
+CARTPOLE_TARGET = 400.0
+RATIO_TOLERANCE = 0.05
+
+
+def _fmt(value: float | None, spec: str = ".1f", none: str = "-") -> str:
+    return none if value is None or value != value else format(value, spec)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# speed: gradient steps/s of DreamerV3.update on synthetic replay batches
+# ----------------------------------------------------------------------------------------------------------------
+def synthetic_batch(T: int, B: int, obs_dim: int, num_actions: int, seed: int = 0) -> TensorDict:
+    """A ``[T, B]`` batch with the ring's row keys (``SequenceCollector.tick``): CartPole-like episodes of ~30 rows."""
+    gen = torch.Generator().manual_seed(seed)
+    is_first = torch.rand(T, B, generator=gen) < 1 / 30
+    is_first[0] = True
+    # The row before an is_first row is a terminal row (action zeroed, as the collector stores it).
+    terminated = torch.zeros(T, B, dtype=torch.bool)
+    terminated[:-1] = is_first[1:]
+    action = torch.randint(0, num_actions, (T, B), generator=gen)
+    action[terminated] = 0
+    reward = torch.where(is_first, torch.zeros(T, B), torch.ones(T, B))
+    return TensorDict(
+        {
+            keys.OBS: torch.randn(T, B, obs_dim, generator=gen) * 0.5,
+            keys.ACTION: action,
+            keys.REWARD: reward,
+            keys.IS_FIRST: is_first,
+            keys.TERMINATED: terminated,
+            keys.TRUNCATED: torch.zeros(T, B, dtype=torch.bool),
+            keys.POLICY_VERSION: torch.zeros(T, B, dtype=torch.int64),
+        },
+        batch_size=[T, B],
+    )
+
+
+def time_preset(size: str, device: str, max_steps: int, seconds: float, warmup: int = 2) -> dict[str, Any]:
+    """Warm up, then time ``DreamerV3.update`` (one gradient step per call) until ``max_steps`` or ``seconds``."""
+    torch.manual_seed(0)
+    spec = CartPole().spec
+    model = DreamerV3(env_spec=spec, size=size, horizon=SPEED_HORIZON).to(device)
+    model.train()
+    optimizer = model.configure_optimizers()
+    params = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    batches = synthetic_batch(SPEED_T, SPEED_B, spec.obs_shape[0], spec.num_actions).unsqueeze(0).to(device)
+    critic, slow = model.target_networks()[0]
+    online, target = list(critic.parameters()), list(slow.parameters())
+
+    def step() -> None:
+        model.update(batches, optimizer)
+        with torch.no_grad():
+            torch._foreach_lerp_(target, online, model.hparams.tau)  # what SoftTargetUpdate does after each step
+
+    def sync() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    start = time.perf_counter()
+    for _ in range(warmup):
+        step()
+    sync()
+    warmup_s = time.perf_counter() - start
+    steps = 0
+    start = time.perf_counter()
+    while steps < max_steps and (steps == 0 or time.perf_counter() - start < seconds):
+        step()
+        steps += 1
+        if device.startswith("cuda") and steps % 5 == 0:
+            sync()  # keep the wall-clock check honest under async launches
+    sync()
+    elapsed = time.perf_counter() - start
+    return {
+        "size": size,
+        "device": device,
+        "params": params,
+        "trainable": trainable,
+        "steps": steps,
+        "seconds": elapsed,
+        "rate": steps / elapsed,
+        "warmup_s": warmup_s,
+    }
+
+
+def run_speed(presets: list[str], max_steps: int, seconds: float) -> list[dict[str, Any]]:
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    results = []
+    for device in devices:
+        for size in presets:
+            r = time_preset(size, device, max_steps, seconds)
+            results.append(r)
+            print(
+                f"  [speed {size} {device}] {r['steps']} steps in {r['seconds']:.1f}s: {r['rate']:.3f} steps/s, "
+                f"{1 / r['rate']:.3f} s/step (warm-up {r['warmup_s']:.1f}s); params {r['params']:,}",
+                flush=True,
+            )
+    return results
+
+
+def print_speed(results: list[dict[str, Any]]) -> None:
+    print(
+        f"\n== Speed: DreamerV3.update, one gradient step on [T={SPEED_T}, B={SPEED_B}] (CartPole rows), "
+        f"horizon {SPEED_HORIZON}, LaProp, threads {torch.get_num_threads()} =="
+    )
+    header = f"{'size':<6} {'device':<6} {'params':>12} {'trainable':>12} {'steps':>6} {'steps/s':>9} {'s/step':>8}"
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        print(
+            f"{r['size']:<6} {r['device']:<6} {r['params']:>12,} {r['trainable']:>12,} {r['steps']:>6} "
+            f"{r['rate']:>9.3f} {1 / r['rate']:>8.3f}"
+        )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# ratio: achieved vs requested replay ratio on short runs (no learning needed)
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RatioCase:
+    replay_ratio: float
+    num_envs: int
+    rollout_length: int
+    commit_stride: int
+
+    @property
+    def name(self) -> str:
+        return f"r={self.replay_ratio:g} E={self.num_envs} window={self.rollout_length} stride={self.commit_stride}"
+
+
+RATIO_CASES = (
+    RatioCase(0.0625, 4, 16, 8),
+    RatioCase(0.25, 4, 16, 8),
+    RatioCase(1.0, 4, 16, 8),
+    RatioCase(0.125, 3, 10, 4),  # 3.75 gradient steps per window: the fraction is carried
+    RatioCase(0.0625, 4, 1, 1),  # one tick per window, a gradient step every 4 windows
+)
+RATIO_PREFILL = 1024
+
+
+def ratio_datamodule_stats(dm: DreamerDataModule) -> dict[str, Any]:
+    """The achieved replay ratio as ``replay/ratio_actual`` computes it, plus its parts."""
+    trained = dm.local_env_steps - dm.train_start if dm.train_start is not None else 0
+    return {
+        "gradient_steps": dm.local_gradient_steps,
+        "env_steps": dm.local_env_steps,
+        "train_start": dm.train_start,
+        "trained": trained,
+        "actual": dm.local_gradient_steps / max(trained, 1),
+        "requested": float(dm.replay_ratio),
+    }
+
+
+def run_ratio_case(case: RatioCase, env_steps: int, seed: int = 0) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    pl.seed_everything(seed, verbose=False)
+    dm = DreamerDataModule(
+        CartPole(),
+        num_envs=case.num_envs,
+        rollout_length=case.rollout_length,
+        total_env_steps=RATIO_PREFILL + env_steps,
+        buffer_size=4096,
+        batch_size=4,
+        sequence_length=8,
+        replay_ratio=case.replay_ratio,
+        learning_starts=RATIO_PREFILL,
+        commit_stride=case.commit_stride,
+        engine="cpu",
+        seed=seed,
+        device="cpu",
+    )
+    model = DreamerV3(env_spec=dm.env_spec, size="tiny", horizon=3, bins=15, warmup_steps=0, lr=1e-3)
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, max_epochs=-1, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, callbacks=[],
+    )  # fmt: skip
+    start = time.perf_counter()
+    trainer.fit(model, dm)
+    stats = ratio_datamodule_stats(dm)
+    stats.update(case=case, seconds=time.perf_counter() - start, updates=model.updates)
+    return stats
+
+
+def _ratio_ok(stats: dict[str, Any]) -> bool:
+    return abs(stats["actual"] / stats["requested"] - 1) <= RATIO_TOLERANCE
+
+
+def print_ratio(results: list[dict[str, Any]]) -> None:
+    print(
+        f"\n== Replay ratio: achieved = gradient steps / (env steps - train_start); tiny, horizon 3, batch 4 × 8, "
+        f"prefill {RATIO_PREFILL} =="
+    )
+    header = (
+        f"{'case':<40} {'env_st':>7} {'train_start':>11} {'trained':>7} {'grad_st':>7} {'floor(tr·r)':>11} "
+        f"{'actual':>8} {'requested':>9} {'secs':>6}"
+    )
+    print(header)
+    print("-" * len(header))
+    for s in results:
+        floor = int(s["trained"] * s["requested"])
+        print(
+            f"{s['case'].name:<40} {s['env_steps']:>7} {s['train_start']!s:>11} {s['trained']:>7} "
+            f"{s['gradient_steps']:>7} {floor:>11} {s['actual']:>8.4f} {s['requested']:>9.4f} {s['seconds']:>6.1f}"
+        )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# cartpole: env steps and training time to eval return >= 400 on configs/dreamer.yaml
+# ----------------------------------------------------------------------------------------------------------------
+class DreamerEvaluation(TargetEvaluation):
+    """``TargetEvaluation`` that also keeps the datamodule (for the replay ratio) and stops at a wall-time cap."""
+
+    def __init__(self, max_seconds: float | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.max_seconds = max_seconds
+        self.datamodule: Any = None
+        self.timed_out = False
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        super().on_train_start(trainer, pl_module)
+        self.datamodule = trainer.datamodule
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        capped = self.crossed is None and self.max_seconds is not None and self.fit_start is not None
+        if capped and time.perf_counter() - self.fit_start >= self.max_seconds:
+            self.timed_out = True
+            trainer.should_stop = True
+
+
+def config_data() -> dict[str, Any]:
+    with open(REPO / "configs" / CONFIG) as f:
+        return yaml.safe_load(f)["data"]["init_args"]
+
+
+def run_cartpole_seed(
+    seed: int, budget: int, eval_every: int, episodes: int, minutes: float | None, overrides: list[str]
+) -> tuple[RunResult, dict[str, Any], bool]:
+    callback = DreamerEvaluation(
+        max_seconds=None if minutes is None else 60.0 * minutes,
+        metric="return",
+        target=CARTPOLE_TARGET,
+        every_n_env_steps=eval_every,
+        num_episodes=episodes,
+        deterministic=None,  # DreamerV3's default: the policy's (and latents') mode
+    )
+    extra = ["--data.init_args.total_env_steps", str(budget), *overrides]
+    result = fit_with(CONFIG, seed, callback, extra)
+    return result, ratio_datamodule_stats(callback.datamodule), callback.timed_out
+
+
+def print_cartpole(runs: list[tuple[RunResult, dict[str, Any], bool]], verbose: bool) -> None:
+    print(
+        f"\n== CartPole: configs/{CONFIG}, first eval with mean return >= {CARTPOLE_TARGET:g} "
+        "(train_s = fit_s - eval_s, up to the crossing) =="
+    )
+    header = (
+        f"{'seed':>4} {'crossed':>7} {'env_steps':>10} {'train_s':>8} {'eval_s':>7} {'fit_s':>7} {'best':>7} "
+        f"{'last':>7} {'grad_st':>8} {'ratio':>7} {'req':>7} {'stop':>8}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r, ratio, timed_out in runs:
+        steps = f"{r.env_steps}" if r.crossed else f">{r.total_env_steps}"
+        train_s = r.history[-1].get("train_seconds_at_cross", r.train_seconds) if r.crossed else r.train_seconds
+        stop = "target" if r.crossed else ("time" if timed_out else "budget")
+        print(
+            f"{r.seed:>4} {'yes' if r.crossed else 'NO':>7} {steps:>10} {train_s:>8.1f} {r.eval_seconds:>7.1f} "
+            f"{r.fit_seconds:>7.1f} {_fmt(r.best_score):>7} {_fmt(r.final_score):>7} {ratio['gradient_steps']:>8} "
+            f"{ratio['actual']:>7.4f} {ratio['requested']:>7.4f} {stop:>8}"
+        )
+        if verbose:
+            curve = " ".join(f"{int(h['env_steps'])}:{h['eval/episode_return']:.0f}" for h in r.history)
+            print(f"       curve {curve}")
+
+
+def cartpole_train_seconds(r: RunResult) -> float | None:
+    if not r.crossed:
+        return None
+    return r.history[-1].get("train_seconds_at_cross", r.train_seconds)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+def summarise(
+    speed: list[dict[str, Any]] | None,
+    ratio: list[dict[str, Any]] | None,
+    cartpole: list[tuple[RunResult, dict[str, Any], bool]] | None,
+    budget: int,
+) -> bool | None:
+    rows: list[tuple[str, str, str, str]] = []
+    verdicts: list[bool] = []
+
+    def verdict(ok: bool) -> str:
+        verdicts.append(ok)
+        return "PASS" if ok else "FAIL"
+
+    for r in speed or []:
+        rows.append((
+            f"Speed {r['size']} ({r['params'] / 1e6:.2f}M params) on {r['device']}: grad steps/s",
+            f"{r['rate']:.3f} steps/s = {1 / r['rate']:.3f} s/step ({r['steps']} steps)",
+            "-",
+            "info",
+        ))  # fmt: skip
+    for s in ratio or []:
+        rows.append((
+            f"Ratio {s['case'].name}: actual/requested",
+            f"{s['actual']:.4f} / {s['requested']:.4f} ({s['gradient_steps']} grad steps / {s['trained']} env steps)",
+            f"|actual/requested - 1| <= {RATIO_TOLERANCE:.0%}",
+            verdict(_ratio_ok(s)),
+        ))  # fmt: skip
+    if cartpole:
+        results = [r for r, _, _ in cartpole]
+        med = median_or_inf([r.env_steps for r in results])
+        per_seed = ", ".join(
+            str(r.env_steps) if r.crossed else f">{r.total_env_steps} (best {_fmt(r.best_score)})" for r in results
+        )
+        n_crossed = sum(r.crossed for r in results)
+        med_txt = f"{med:.0f}" if med != float("inf") else "never"
+        rows.append((
+            f"CartPole env steps to eval {CARTPOLE_TARGET:g}",
+            f"{n_crossed}/{len(results)} seeds, median {med_txt} ({per_seed})",
+            f"every seed within {budget} env steps",
+            verdict(n_crossed == len(results)),
+        ))  # fmt: skip
+        trains = [cartpole_train_seconds(r) for r in results]
+        crossed_trains = [t for t in trains if t is not None]
+        rows.append((
+            f"CartPole train s to {CARTPOLE_TARGET:g} (fit - eval)",
+            f"median {_fmt(statistics.median(crossed_trains) if crossed_trains else None, '.0f')} "
+            f"({', '.join(_fmt(t, '.0f') for t in trains)})",
+            "-",
+            "info",
+        ))  # fmt: skip
+        ratios = [ratio for _, ratio, _ in cartpole]
+        rows.append((
+            "CartPole replay/ratio_actual vs replay_ratio",
+            ", ".join(f"{s['actual']:.4f}" for s in ratios) + f" vs {ratios[0]['requested']:g}",
+            f"every seed |actual/requested - 1| <= {RATIO_TOLERANCE:.0%}",
+            verdict(all(_ratio_ok(s) for s in ratios)),
+        ))  # fmt: skip
+    if not rows:
+        return None
+    columns = ("check", "measured", "target", "verdict")
+    widths = [max(len(row[i]) for row in [columns, *rows]) for i in range(4)]
+    header = "  ".join(h.ljust(w) for h, w in zip(columns, widths))
+    print("\n== Summary ==")
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    print("-" * len(header))
+    for check, measured, target, mark in rows:
+        if mark in ("PASS", "FAIL"):
+            print(f"  {mark}  {check}: {measured}; {target}")
+    if not verdicts:
+        return None
+    return all(verdicts)
+
+
+def _csv(text: str) -> list[str]:
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sections", default="speed,ratio,cartpole", help="comma list of speed,ratio,cartpole")
+    parser.add_argument("--seeds", default="0,1,2", help="comma list of CartPole seeds (default 0,1,2)")
+    parser.add_argument("--presets", default=",".join(SPEED_PRESETS), help="comma list of size presets for speed")
+    parser.add_argument("--speed-steps", type=int, default=20, help="most timed gradient steps per preset")
+    parser.add_argument("--speed-seconds", type=float, default=60.0, help="time box per preset (after warm-up)")
+    parser.add_argument("--ratio-steps", type=int, default=3072, help="env steps after the prefill per ratio run")
+    parser.add_argument(
+        "--cartpole-steps", type=int, default=None, help="env-step budget per seed (default: the config's)"
+    )
+    parser.add_argument("--cartpole-minutes", type=float, default=None, help="wall-time cap per seed (default none)")
+    parser.add_argument("--eval-every", type=int, default=2_500, help="env steps between CartPole evaluations")
+    parser.add_argument("--eval-episodes", type=int, default=10, help="episodes per CartPole evaluation")
+    parser.add_argument("--verbose", action="store_true", help="print every CartPole learning curve")
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra CLI setting for every CartPole run (tuning), e.g. --override model.init_args.lr=1e-4",
+    )
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    sections = set(_csv(args.sections))
+    unknown = sections - {"speed", "ratio", "cartpole"}
+    if unknown:
+        parser.error(f"--sections: unknown {sorted(unknown)}; choose from speed,ratio,cartpole")
+    presets = _csv(args.presets)
+    seeds = [int(s) for s in _csv(args.seeds)]
+    budget = args.cartpole_steps if args.cartpole_steps is not None else int(config_data()["total_env_steps"])
+    print(
+        f"rl_lightning DreamerV3 benchmark: torch {torch.__version__}, lightning {pl.__version__}, "
+        f"threads {torch.get_num_threads()}, cpus {os.cpu_count()}, cuda {torch.cuda.is_available()}"
+    )
+    if args.override:
+        print(f"  overrides: {' '.join(args.override)}")
+
+    speed = run_speed(presets, args.speed_steps, args.speed_seconds) if "speed" in sections else None
+    ratio = None
+    if "ratio" in sections:
+        ratio = []
+        for case in RATIO_CASES:
+            s = run_ratio_case(case, args.ratio_steps)
+            ratio.append(s)
+            print(f"  [ratio {case.name}] actual {s['actual']:.4f} ({s['seconds']:.1f}s)", flush=True)
+    cartpole = None
+    if "cartpole" in sections:
+        cartpole = []
+        overrides = overrides_to_args(args.override)
+        for seed in seeds:
+            r, rs, timed_out = run_cartpole_seed(
+                seed, budget, args.eval_every, args.eval_episodes, args.cartpole_minutes, overrides
+            )
+            cartpole.append((r, rs, timed_out))
+            print(
+                f"  [CartPole seed {seed}] crossed={r.crossed} env_steps={r.env_steps} total={r.total_env_steps} "
+                f"train={r.train_seconds:.1f}s eval={r.eval_seconds:.1f}s best={_fmt(r.best_score)} "
+                f"ratio={rs['actual']:.4f}/{rs['requested']:g}{' (time cap)' if timed_out else ''}",
+                flush=True,
+            )
+
+    if speed is not None:
+        print_speed(speed)
+    if ratio is not None:
+        print_ratio(ratio)
+    if cartpole is not None:
+        print_cartpole(cartpole, args.verbose)
+    overall = summarise(speed, ratio, cartpole, budget)
+    if overall is not None:
+        print(f"\nOVERALL: {'PASS' if overall else 'FAIL'}")
+
+
+if __name__ == "__main__":
+    main()
