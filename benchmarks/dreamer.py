@@ -61,7 +61,7 @@ from rl_lightning.envs import CartPole
 CONFIG = "dreamer.yaml"
 SPEED_T, SPEED_B, SPEED_HORIZON = 64, 16, 15
 SPEED_PRESETS = ("tiny", "XS", "S", "12M")
-CARTPOLE_TARGET = 400.0
+CARTPOLE_TARGET = 400.0  # default of --cartpole-target
 RATIO_TOLERANCE = 0.05
 
 
@@ -296,12 +296,18 @@ def config_data() -> dict[str, Any]:
 
 
 def run_cartpole_seed(
-    seed: int, budget: int, eval_every: int, episodes: int, minutes: float | None, overrides: list[str]
+    seed: int,
+    budget: int,
+    eval_every: int,
+    episodes: int,
+    minutes: float | None,
+    overrides: list[str],
+    target: float = CARTPOLE_TARGET,
 ) -> tuple[RunResult, dict[str, Any], bool]:
     callback = DreamerEvaluation(
         max_seconds=None if minutes is None else 60.0 * minutes,
         metric="return",
-        target=CARTPOLE_TARGET,
+        target=target,
         every_n_env_steps=eval_every,
         num_episodes=episodes,
         deterministic=None,  # DreamerV3's default: the policy's (and latents') mode
@@ -311,9 +317,9 @@ def run_cartpole_seed(
     return result, ratio_datamodule_stats(callback.datamodule), callback.timed_out
 
 
-def print_cartpole(runs: list[tuple[RunResult, dict[str, Any], bool]], verbose: bool) -> None:
+def print_cartpole(runs: list[tuple[RunResult, dict[str, Any], bool]], verbose: bool, target: float) -> None:
     print(
-        f"\n== CartPole: configs/{CONFIG}, first eval with mean return >= {CARTPOLE_TARGET:g} "
+        f"\n== CartPole: configs/{CONFIG}, first eval with mean return >= {target:g} "
         "(train_s = fit_s - eval_s, up to the crossing) =="
     )
     header = (
@@ -324,7 +330,8 @@ def print_cartpole(runs: list[tuple[RunResult, dict[str, Any], bool]], verbose: 
     print("-" * len(header))
     for r, ratio, timed_out in runs:
         steps = f"{r.env_steps}" if r.crossed else f">{r.total_env_steps}"
-        train_s = r.history[-1].get("train_seconds_at_cross", r.train_seconds) if r.crossed else r.train_seconds
+        cross_s = cartpole_train_seconds(r)
+        train_s = r.train_seconds if cross_s is None else cross_s
         stop = "target" if r.crossed else ("time" if timed_out else "budget")
         print(
             f"{r.seed:>4} {'yes' if r.crossed else 'NO':>7} {steps:>10} {train_s:>8.1f} {r.eval_seconds:>7.1f} "
@@ -337,9 +344,11 @@ def print_cartpole(runs: list[tuple[RunResult, dict[str, Any], bool]], verbose: 
 
 
 def cartpole_train_seconds(r: RunResult) -> float | None:
-    if not r.crossed:
-        return None
-    return r.history[-1].get("train_seconds_at_cross", r.train_seconds)
+    """Training seconds (fit wall time minus evaluation) up to the crossing; ``None`` if the run never crossed."""
+    for h in r.history:
+        if "train_seconds_at_cross" in h:
+            return h["train_seconds_at_cross"]
+    return None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -348,6 +357,7 @@ def summarise(
     ratio: list[dict[str, Any]] | None,
     cartpole: list[tuple[RunResult, dict[str, Any], bool]] | None,
     budget: int,
+    target: float = CARTPOLE_TARGET,
 ) -> bool | None:
     rows: list[tuple[str, str, str, str]] = []
     verdicts: list[bool] = []
@@ -379,7 +389,7 @@ def summarise(
         n_crossed = sum(r.crossed for r in results)
         med_txt = f"{med:.0f}" if med != float("inf") else "never"
         rows.append((
-            f"CartPole env steps to eval {CARTPOLE_TARGET:g}",
+            f"CartPole env steps to eval {target:g}",
             f"{n_crossed}/{len(results)} seeds, median {med_txt} ({per_seed})",
             f"every seed within {budget} env steps",
             verdict(n_crossed == len(results)),
@@ -387,7 +397,7 @@ def summarise(
         trains = [cartpole_train_seconds(r) for r in results]
         crossed_trains = [t for t in trains if t is not None]
         rows.append((
-            f"CartPole train s to {CARTPOLE_TARGET:g} (fit - eval)",
+            f"CartPole train s to {target:g} (fit - eval)",
             f"median {_fmt(statistics.median(crossed_trains) if crossed_trains else None, '.0f')} "
             f"({', '.join(_fmt(t, '.0f') for t in trains)})",
             "-",
@@ -435,6 +445,9 @@ def main() -> None:
         "--cartpole-steps", type=int, default=None, help="env-step budget per seed (default: the config's)"
     )
     parser.add_argument("--cartpole-minutes", type=float, default=None, help="wall-time cap per seed (default none)")
+    parser.add_argument(
+        "--cartpole-target", type=float, default=CARTPOLE_TARGET, help="mean eval return that ends a run (400)"
+    )
     parser.add_argument("--eval-every", type=int, default=2_500, help="env steps between CartPole evaluations")
     parser.add_argument("--eval-episodes", type=int, default=10, help="episodes per CartPole evaluation")
     parser.add_argument("--verbose", action="store_true", help="print every CartPole learning curve")
@@ -475,7 +488,13 @@ def main() -> None:
         overrides = overrides_to_args(args.override)
         for seed in seeds:
             r, rs, timed_out = run_cartpole_seed(
-                seed, budget, args.eval_every, args.eval_episodes, args.cartpole_minutes, overrides
+                seed,
+                budget,
+                args.eval_every,
+                args.eval_episodes,
+                args.cartpole_minutes,
+                overrides,
+                args.cartpole_target,
             )
             cartpole.append((r, rs, timed_out))
             print(
@@ -490,8 +509,8 @@ def main() -> None:
     if ratio is not None:
         print_ratio(ratio)
     if cartpole is not None:
-        print_cartpole(cartpole, args.verbose)
-    overall = summarise(speed, ratio, cartpole, budget)
+        print_cartpole(cartpole, args.verbose, args.cartpole_target)
+    overall = summarise(speed, ratio, cartpole, budget, args.cartpole_target)
     if overall is not None:
         print(f"\nOVERALL: {'PASS' if overall else 'FAIL'}")
 

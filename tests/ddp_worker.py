@@ -1,4 +1,4 @@
-"""Run by tests/test_ddp.py: a 2-process CPU (gloo) PPO or SPO fit; each rank writes what it saw to a JSON file."""
+"""Run by tests/test_ddp.py: a 2-process CPU (gloo) PPO, SPO or DreamerV3 fit; each rank writes what it saw."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from rl_lightning.lineage import weights_digest
-from tests.helpers import tiny_ppo, tiny_spo, trainer
+from tests.helpers import tiny_dreamer, tiny_ppo, tiny_spo, trainer
 
 
 class Record(Callback):
@@ -33,7 +33,9 @@ class Record(Callback):
 def main(out_dir: str, algo: str) -> None:
     torch.set_num_threads(1)
     pl.seed_everything(0)
-    if algo == "spo":
+    if algo == "dreamer":
+        module, dm = tiny_dreamer(total_env_steps=48, learning_starts=1)  # 2 envs × 4 ticks × 2 ranks per update
+    elif algo == "spo":
         module, dm = tiny_spo(rollout_length=16, total_env_steps=64 * 2 * 3)
     else:
         module, dm = tiny_ppo(total_env_steps=64 * 2 * 3)  # 3 updates of 64 steps on each of 2 ranks

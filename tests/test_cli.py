@@ -23,7 +23,19 @@ def _fast_overrides(tmp_path: Path, config: Path) -> list[str]:
     """Two tiny updates of any bundled config (PPO: rollouts of 16 steps; SPO: also tiny search and batches)."""
     loaded = yaml.safe_load(config.read_text())
     num_envs = loaded["data"]["init_args"]["num_envs"]
-    if loaded["model"]["class_path"].endswith("SPO"):
+    if loaded["model"]["class_path"].endswith("DreamerV3"):
+        train = {
+            "data.init_args.rollout_length": 4,
+            "data.init_args.total_env_steps": num_envs * 4 * 3,
+            "data.init_args.learning_starts": num_envs * 4 + 1,
+            "data.init_args.replay_ratio": 1 / (num_envs * 4),
+            "data.init_args.batch_size": 2,
+            "data.init_args.sequence_length": 4,
+            "data.init_args.commit_stride": 2,
+            "data.init_args.buffer_size": 256,
+            "model.init_args.horizon": 2,
+        }
+    elif loaded["model"]["class_path"].endswith("SPO"):
         train = {
             "data.init_args.rollout_length": 16,
             "data.init_args.total_env_steps": num_envs * 16 * 2,

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("algo", ["ppo", "spo"])
+@pytest.mark.parametrize("algo", ["ppo", "spo", "dreamer"])
 def test_ddp_two_cpu_processes(tmp_path, algo):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
@@ -32,4 +32,5 @@ def test_ddp_two_cpu_processes(tmp_path, algo):
         assert a["digest"] == b["digest"]  # gradients all-reduced: weights identical after every update
         assert a["first_obs"] != b["first_obs"]  # ranks seed their envs differently
         assert a["episode_return"] == b["episode_return"]  # rollout metrics are global (synced)
-    assert [r["env_steps"] for r in rank0["rows"]] == [128, 256, 384]  # env steps count both ranks
+    per_update = 16 if algo == "dreamer" else 128
+    assert [r["env_steps"] for r in rank0["rows"]] == [per_update, 2 * per_update, 3 * per_update]  # both ranks

@@ -1,4 +1,4 @@
-"""DreamerV3 module + datamodule: metrics, determinism, no starvation, gradient isolation, slow critic, resume, errors."""
+"""DreamerV3 module + datamodule: metrics, determinism, starvation, gradient isolation, slow critic, resume, errors."""
 
 from __future__ import annotations
 
