@@ -64,8 +64,9 @@ class DreamerDataModule(OnPolicyDataModule):
         sequence_length: rows per sequence (T); every sampled window starts from the RSSM's initial state.
         replay_ratio: gradient steps per policy step after ``learning_starts`` (danijar's ``train_ratio`` is
             ``replay_ratio · batch_size · sequence_length``).
-        learning_starts: env steps (over all ranks) of uniform-random prefill before the first gradient step;
-            not counted by the ratio.
+        learning_starts: env steps (over all ranks) of uniform-random prefill before the first gradient step.
+            The ratio starts counting with the window that completes the prefill (sheeprl's convention: the first
+            training cycle is granted one window's worth), not from the start of the run.
         pretrain_steps: extra gradient steps taken once, at the first training cycle.
         commit_stride: ticks between commits (what the learner may sample is advanced every this many ticks).
         safety_margin: oldest committed rows the learner never samples (what a running window may overwrite);
