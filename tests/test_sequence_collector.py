@@ -273,11 +273,6 @@ def _window_stats(batch: TensorDict, start: int) -> tuple[float, float]:
     return sum(r for r, _ in kept) / len(kept), sum(n for _, n in kept) / len(kept)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: MeanMetric(nan_strategy='disable') replaces the `done` weights by ones (torchmetrics 1.9 "
-    "_cast_and_nan_check_input), so episode_stats averages every env's running return/length at every tick",
-)
 @pytest.mark.parametrize("env_name", ["cartpole", "catch"])
 def test_episode_stats_match_naive_loop(env_name: str) -> None:
     core: TorchEnv = CartPole(max_episode_steps=25) if env_name == "cartpole" else Catch()

@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict
-from torchmetrics import MeanMetric
 
 from rl_lightning import keys
+from rl_lightning.data.episode_stats import FinishedEpisodes
 from rl_lightning.envs.base import BatchedEnv
 
 Policy = Callable[[TensorDict, torch.Generator], TensorDict]
@@ -24,7 +24,7 @@ class Collector:
     Every row of a rollout holds what the agent saw (``obs``, ``is_first``, ``action_mask``), what it did
     (the policy's outputs: ``action``, ``logprob``, ``value``...), what followed (``reward``, ``terminated``,
     ``truncated``, ``final_obs``) and the ``policy_version`` that acted. Episode returns and lengths go into
-    torchmetrics ``MeanMetric``s, synced across ranks when read.
+    sums of finished episodes (``FinishedEpisodes``), synced across ranks when read.
 
     Args:
         env: the batched env to step (owned by the collector from now on).
@@ -39,8 +39,7 @@ class Collector:
         device = env.device
         self._episode_return = torch.zeros(env.num_envs, device=device)
         self._episode_length = torch.zeros(env.num_envs, device=device)
-        self.episode_return = MeanMetric(nan_strategy="disable").to(device)
-        self.episode_length = MeanMetric(nan_strategy="disable").to(device)
+        self.finished = FinishedEpisodes(device)
         self.last_collect_seconds = 0.0
 
     @torch.no_grad()
@@ -70,9 +69,7 @@ class Collector:
             next_obs = out.select(*obs.keys(include_nested=False), strict=False)
             next_obs[keys.IS_FIRST] = out[keys.IS_FIRST]
             self._obs = next_obs
-        weight = torch.stack(done_flags).float()
-        self.episode_return.update(torch.stack(done_returns), weight)
-        self.episode_length.update(torch.stack(done_lengths), weight)
+        self.finished.update(torch.stack(done_returns), torch.stack(done_lengths), torch.stack(done_flags))
         batch = _stack_rows(rows, self.env.num_envs, self.env.device)
         batch[keys.POLICY_VERSION] = torch.full(
             batch.batch_size, policy_version, dtype=torch.int64, device=self.env.device
@@ -82,9 +79,8 @@ class Collector:
 
     def episode_stats(self) -> dict[str, torch.Tensor]:
         """Mean return/length of episodes finished since the last call (NaN if none), synced over ranks."""
-        stats = {"episode_return": self.episode_return.compute(), "episode_length": self.episode_length.compute()}
-        self.episode_return.reset()
-        self.episode_length.reset()
+        stats = self.finished.compute()
+        self.finished.reset()
         return stats
 
     def state_dict(self) -> dict[str, Any]:

@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict
-from torchmetrics import MeanMetric
 
 from rl_lightning import keys
+from rl_lightning.data.episode_stats import FinishedEpisodes
 from rl_lightning.envs.base import BatchedEnv
 
 #: ``(view, generator) -> TensorDict`` holding ``action``; the view carries ``obs`` and ``is_first``.
@@ -55,8 +55,7 @@ class SequenceCollector:
         device = env.device
         self._episode_return = torch.zeros(env.num_envs, device=device)
         self._episode_length = torch.zeros(env.num_envs, device=device)
-        self.episode_return = MeanMetric(nan_strategy="disable").to(device)
-        self.episode_length = MeanMetric(nan_strategy="disable").to(device)
+        self.finished = FinishedEpisodes(device)
         self.last_collect_seconds = 0.0
 
     @property
@@ -122,8 +121,7 @@ class SequenceCollector:
     def _track_episodes(self, reward: torch.Tensor, last: torch.Tensor, done: torch.Tensor) -> None:
         self._episode_return += reward
         self._episode_length += (~last).float()
-        self.episode_return.update(self._episode_return, done.float())
-        self.episode_length.update(self._episode_length, done.float())
+        self.finished.update(self._episode_return, self._episode_length, done)
         self._episode_return.masked_fill_(done, 0.0)
         self._episode_length.masked_fill_(done, 0.0)
 
@@ -138,9 +136,8 @@ class SequenceCollector:
 
     def episode_stats(self) -> dict[str, torch.Tensor]:
         """Mean return/length of episodes finished since the last call (NaN if none), synced over ranks."""
-        stats = {"episode_return": self.episode_return.compute(), "episode_length": self.episode_length.compute()}
-        self.episode_return.reset()
-        self.episode_length.reset()
+        stats = self.finished.compute()
+        self.finished.reset()
         return stats
 
     def state_dict(self) -> dict[str, Any]:

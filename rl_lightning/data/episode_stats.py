@@ -1,0 +1,37 @@
+"""``FinishedEpisodes``: mean return and length of the episodes that ended, synced over ranks, without host syncs."""
+
+from __future__ import annotations
+
+import torch
+from torchmetrics import SumMetric
+
+
+class FinishedEpisodes:
+    """Accumulates sums over finished episodes; ``compute`` returns their means (NaN when none finished).
+
+    Plain sums, not ``MeanMetric(weights)``: with ``nan_strategy="disable"`` (the only strategy that does not read
+    tensors back to drop NaNs) torchmetrics 1.9 ignores the weights, which would average every env's running
+    episode instead of the finished ones.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self._sums = {name: SumMetric(nan_strategy="disable").to(device) for name in ("return", "length", "count")}
+
+    def update(self, returns: torch.Tensor, lengths: torch.Tensor, done: torch.Tensor) -> None:
+        """Add the episodes flagged in ``done`` (any shape; ``returns``/``lengths`` broadcast to it)."""
+        weight = done.float()
+        self._sums["return"].update((returns * weight).sum())
+        self._sums["length"].update((lengths * weight).sum())
+        self._sums["count"].update(weight.sum())
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        """``episode_return``/``episode_length`` means since the last ``reset`` (synced over ranks)."""
+        count = self._sums["count"].compute()
+        return {
+            "episode_return": self._sums["return"].compute() / count,
+            "episode_length": self._sums["length"].compute() / count,
+        }
+
+    def reset(self) -> None:
+        for metric in self._sums.values():
+            metric.reset()
