@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
@@ -37,7 +39,7 @@ class _Record(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.metrics.append(
             {
-                k: float(v)
+                k: "nan" if math.isnan(float(v)) else float(v)  # no episode finished in that rollout
                 for k, v in pl_module.last_metrics.items()
                 if k != "perf/env_sps" and not k.startswith("perf/")
             }
