@@ -67,6 +67,26 @@ class RLModule(pl.LightningModule):
         """One learner update on ``batch``; returns detached loss terms (used by ``FailFast.reproduce``)."""
         raise NotImplementedError(f"{type(self).__name__} does not expose a replayable update")
 
+    def step_each(self, batches: TensorDict, optimizer: Any) -> TensorDict:
+        """A ``_gradient_step`` per batch along the leading dim of ``batches`` (``[G, T, B]``); mean terms."""
+        totals: TensorDict | None = None
+        for index in range(batches.batch_size[0]):
+            terms = self._gradient_step(batches[index], optimizer)
+            totals = terms if totals is None else totals + terms
+        if totals is None:
+            raise ValueError("step_each got no batches (leading dim 0)")
+        return totals / batches.batch_size[0]
+
+    def _gradient_step(self, batch: TensorDict, optimizer: Any) -> TensorDict:
+        raise NotImplementedError(f"{type(self).__name__} takes no replay gradient steps")
+
+    def backward_loss(self, loss: torch.Tensor) -> None:
+        """``manual_backward`` inside a fit (precision, DDP hooks); plain ``backward`` outside (FailFast replays)."""
+        if self._trainer is not None:
+            self.manual_backward(loss)
+        else:
+            loss.backward()
+
     def process_rollout(self, batch: TensorDict) -> TensorDict:
         """Hook for on-policy data: add learning targets to a fresh rollout (identity by default)."""
         return batch

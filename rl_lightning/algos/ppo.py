@@ -221,10 +221,7 @@ class PPO(RLModule):
             hp.ent_coef,
         )
         optimizer.zero_grad(set_to_none=True)
-        if self._trainer is not None:
-            self.manual_backward(terms["loss"])
-        else:
-            terms["loss"].backward()
+        self.backward_loss(terms["loss"])
         max_norm = hp.max_grad_norm if hp.max_grad_norm > 0 else float("inf")
         terms["grad_norm"] = torch.nn.utils.clip_grad_norm_(self.parameters(), max_norm)
         optimizer.step()

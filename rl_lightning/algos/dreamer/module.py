@@ -217,22 +217,14 @@ class DreamerV3(RLModule):
 
     def update(self, batches: TensorDict, optimizer: Any) -> TensorDict:
         """One update: a gradient step per ``[T, B]`` batch of ``batches`` ``[G, T, B]``; returns mean terms."""
-        totals: TensorDict | None = None
-        for index in range(batches.batch_size[0]):
-            terms = self._gradient_step(batches[index], optimizer)
-            totals = terms if totals is None else totals + terms
-        assert totals is not None
-        return totals / batches.batch_size[0]
+        return self.step_each(batches, optimizer)
 
     def _gradient_step(self, seq: TensorDict, optimizer: Any) -> TensorDict:
         terms = self.losses(seq)
         hp = self.hparams
         loss = sum(hp[LOSS_SCALES[k[5:]]] * v for k, v in terms.items() if k.startswith("loss_"))
         optimizer.zero_grad(set_to_none=True)
-        if self._trainer is not None:
-            self.manual_backward(loss)
-        else:
-            loss.backward()
+        self.backward_loss(loss)
         if hp.optimizer == "adam":
             params = [p for group in optimizer.param_groups for p in group["params"]]
             terms["grad_norm"] = torch.nn.utils.clip_grad_norm_(params, hp.max_grad_norm)

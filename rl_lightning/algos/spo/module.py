@@ -233,21 +233,13 @@ class SPO(RLModule):
 
     def update(self, batches: TensorDict, optimizer: Any) -> TensorDict:
         """One update: a gradient step per ``[L, B]`` batch of ``batches`` ``[G, L, B]``; returns mean terms."""
-        totals: TensorDict | None = None
-        for index in range(batches.batch_size[0]):
-            terms = self._gradient_step(batches[index], optimizer)
-            totals = terms if totals is None else totals + terms
-        assert totals is not None
-        return totals / batches.batch_size[0]
+        return self.step_each(batches, optimizer)
 
     def _gradient_step(self, seq: TensorDict, optimizer: Any) -> TensorDict:
         terms = self.losses(seq)
         loss = sum(v for k, v in terms.items() if k.startswith("loss_"))
         optimizer.zero_grad(set_to_none=True)
-        if self._trainer is not None:
-            self.manual_backward(loss)
-        else:
-            loss.backward()
+        self.backward_loss(loss)
         max_norm = self.hparams.max_grad_norm if self.hparams.max_grad_norm > 0 else float("inf")
         for group in optimizer.param_groups:
             terms[f"grad_norm_{group['name']}"] = torch.nn.utils.clip_grad_norm_(group["params"], max_norm)
