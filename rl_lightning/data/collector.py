@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from tensordict import TensorDict
 
 from rl_lightning import keys
-from rl_lightning.data.episode_stats import FinishedEpisodes
-from rl_lightning.envs.base import BatchedEnv
+from rl_lightning.data.collector_base import CollectorBase
 
 Policy = Callable[[TensorDict, torch.Generator], TensorDict]
 
 _STEP_KEYS = (keys.REWARD, keys.TERMINATED, keys.TRUNCATED, keys.FINAL_OBS)
 
 
-class Collector:
+class Collector(CollectorBase):
     """Collects ``num_steps × num_envs`` transitions per call and tracks finished episodes.
 
     Every row of a rollout holds what the agent saw (``obs``, ``is_first``, ``action_mask``), what it did
@@ -31,16 +29,8 @@ class Collector:
         seed: seeds the action-sampling generator.
     """
 
-    def __init__(self, env: BatchedEnv, seed: int = 0) -> None:
-        self.env = env
-        self.generator = torch.Generator(device=env.device)
-        self.generator.manual_seed(seed)
-        self._obs: TensorDict | None = None
-        device = env.device
-        self._episode_return = torch.zeros(env.num_envs, device=device)
-        self._episode_length = torch.zeros(env.num_envs, device=device)
-        self.finished = FinishedEpisodes(device)
-        self.last_collect_seconds = 0.0
+    live_keys = ("obs",)
+    _obs: TensorDict | None
 
     @torch.no_grad()
     def rollout(self, policy: Policy, num_steps: int, policy_version: int) -> TensorDict:
@@ -76,46 +66,6 @@ class Collector:
         )
         self.last_collect_seconds = time.perf_counter() - start
         return batch
-
-    def episode_stats(self) -> dict[str, torch.Tensor]:
-        """Mean return/length of episodes finished since the last call (NaN if none), synced over ranks."""
-        stats = self.finished.compute()
-        self.finished.reset()
-        return stats
-
-    def state_dict(self) -> dict[str, Any]:
-        """Generators, and for pure-tensor envs the live env state and open episodes (bit-exact resume)."""
-        state: dict[str, Any] = {
-            "env_generator": self.env.generator.get_state(),
-            "sampling_generator": self.generator.get_state(),
-        }
-        if self.env.env.state_is_tensors and self._obs is not None and self.env.state is not None:
-            state["env_state"] = self.env.state.to_dict()
-            state["obs"] = self._obs.to_dict()
-            state["episode_return"] = self._episode_return.clone()
-            state["episode_length"] = self._episode_length.clone()
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore ``state_dict``; without a saved env state every env starts a fresh episode."""
-        self.env.generator.set_state(state["env_generator"])
-        self.generator.set_state(state["sampling_generator"])
-        self.reset_episodes()
-        if "env_state" in state:
-            device, n = self.env.device, self.env.num_envs
-            self.env.state = TensorDict(state["env_state"], batch_size=[n]).to(device)
-            self._obs = TensorDict(state["obs"], batch_size=[n]).to(device)
-            self._episode_return.copy_(state["episode_return"])
-            self._episode_length.copy_(state["episode_length"])
-
-    def reset_episodes(self) -> None:
-        """Forget the envs' current episodes (after a resume, the env state is not restored)."""
-        self._obs = None
-        self._episode_return.zero_()
-        self._episode_length.zero_()
-
-    def close(self) -> None:
-        self.env.close()
 
 
 def _stack_rows(rows: list[dict[str, torch.Tensor]], num_envs: int, device: torch.device) -> TensorDict:

@@ -26,20 +26,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from tensordict import TensorDict
 
 from rl_lightning import keys
-from rl_lightning.data.episode_stats import FinishedEpisodes
-from rl_lightning.envs.base import BatchedEnv
+from rl_lightning.data.collector_base import CollectorBase
 
 #: ``(view, generator) -> TensorDict`` holding ``action``; the view carries ``obs`` and ``is_first``.
 Policy = Callable[[TensorDict, torch.Generator], TensorDict]
 
 
-class SequenceCollector:
+class SequenceCollector(CollectorBase):
     """Collects ``[num_ticks, num_envs]`` rows of the DreamerV3 stream (see the module docstring).
 
     Args:
@@ -47,20 +45,9 @@ class SequenceCollector:
         seed: seeds the action-sampling generator.
     """
 
-    def __init__(self, env: BatchedEnv, seed: int = 0) -> None:
-        self.env = env
-        self.generator = torch.Generator(device=env.device).manual_seed(seed)
-        self._view: TensorDict | None = None
-        self._pending: TensorDict | None = None  # reset observations waiting behind a terminal row
-        device = env.device
-        self._episode_return = torch.zeros(env.num_envs, device=device)
-        self._episode_length = torch.zeros(env.num_envs, device=device)
-        self.finished = FinishedEpisodes(device)
-        self.last_collect_seconds = 0.0
-
-    @property
-    def num_envs(self) -> int:
-        return self.env.num_envs
+    live_keys = ("view", "pending")  # what the policy sees next; reset observations behind terminal rows
+    _view: TensorDict | None
+    _pending: TensorDict | None
 
     def _start(self) -> None:
         first = self.env.reset()
@@ -133,50 +120,6 @@ class SequenceCollector:
         batch = torch.stack(rows)
         self.last_collect_seconds = time.perf_counter() - start
         return batch
-
-    def episode_stats(self) -> dict[str, torch.Tensor]:
-        """Mean return/length of episodes finished since the last call (NaN if none), synced over ranks."""
-        stats = self.finished.compute()
-        self.finished.reset()
-        return stats
-
-    def state_dict(self) -> dict[str, Any]:
-        """Generators, and for pure-tensor envs the live env state, views and open episodes (bit-exact resume)."""
-        state: dict[str, Any] = {
-            "env_generator": self.env.generator.get_state(),
-            "sampling_generator": self.generator.get_state(),
-        }
-        if self.env.env.state_is_tensors and self._view is not None and self.env.state is not None:
-            assert self._pending is not None
-            state["env_state"] = self.env.state.to_dict()
-            state["view"] = self._view.to_dict()
-            state["pending"] = self._pending.to_dict()
-            state["episode_return"] = self._episode_return.clone()
-            state["episode_length"] = self._episode_length.clone()
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore ``state_dict``; without a saved env state every env starts a fresh episode."""
-        self.env.generator.set_state(state["env_generator"])
-        self.generator.set_state(state["sampling_generator"])
-        self.reset_episodes()
-        if "env_state" in state:
-            device, n = self.env.device, self.env.num_envs
-            self.env.state = TensorDict(state["env_state"], batch_size=[n]).to(device)
-            self._view = TensorDict(state["view"], batch_size=[n]).to(device)
-            self._pending = TensorDict(state["pending"], batch_size=[n]).to(device)
-            self._episode_return.copy_(state["episode_return"])
-            self._episode_length.copy_(state["episode_length"])
-
-    def reset_episodes(self) -> None:
-        """Forget the envs' current episodes (the next tick resets every env)."""
-        self._view = None
-        self._pending = None
-        self._episode_return.zero_()
-        self._episode_length.zero_()
-
-    def close(self) -> None:
-        self.env.close()
 
 
 def _expand(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
