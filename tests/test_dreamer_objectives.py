@@ -322,3 +322,25 @@ def test_value_loss_per_step_and_gradient_isolation():
     grads = torch.autograd.grad(loss.sum(), [logits, returns, slow_logits, weight], allow_unused=True)
     assert grads[0] is not None
     assert grads[1:] == (None, None, None)
+
+
+@pytest.mark.parametrize("space", ["raw", "symlog"])
+def test_twohot_loss_equals_cross_entropy_against_the_encoded_target(space):
+    """``loss`` gathers the two weighted bins; it must equal the CE against the full ``encode`` target."""
+    codec = TwoHot(15, space=space).double()
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(7, 5, 15, generator=generator, dtype=torch.float64, requires_grad=True)
+    target = torch.randn(7, 5, generator=generator, dtype=torch.float64) * 1e4  # inside and beyond the range
+    reference = -(codec.encode(target) * logits.log_softmax(-1)).sum(-1)
+    torch.testing.assert_close(codec.loss(logits, target), reference)
+    (grad,) = torch.autograd.grad(codec.loss(logits, target).sum(), logits)
+    (ref_grad,) = torch.autograd.grad(reference.sum(), logits)
+    torch.testing.assert_close(grad, ref_grad)
+
+
+@pytest.mark.parametrize("space", ["raw", "symlog"])
+def test_twohot_decode_is_the_expected_value(space):
+    codec = TwoHot(255, space=space).double()
+    logits = torch.randn(6, 255, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    expected = (logits.softmax(-1) * codec.bins).sum(-1)
+    torch.testing.assert_close(codec.decode(logits), symexp(expected) if space == "symlog" else expected)

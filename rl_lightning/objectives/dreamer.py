@@ -100,16 +100,15 @@ class TwoHot(nn.Module):
         super().__init__()
         self.space = space
         self.register_buffer("bins", twohot_bins(num_bins, low, high, space), persistent=False)
+        #: odd count and bins == −bins.flip(0) exactly, so decode can pair mirrored bins.
+        self.symmetric = num_bins % 2 == 1 and bool(torch.equal(self.bins, -self.bins.flip(0)))
 
     @property
     def num_bins(self) -> int:
         return self.bins.shape[0]
 
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """Two-hot targets ``[..., K]`` for raw values ``x`` ``[...]``; rows sum to 1 (no gradient).
-
-        Values outside the bin range put weight 1 on the nearest edge bin.
-        """
+    def _neighbours(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Indices of the two bins around each target and the weight of the lower one (no gradient)."""
         x = x.detach()
         y = symlog(x) if self.space == "symlog" else x
         bins = self.bins.to(y.dtype)
@@ -122,10 +121,18 @@ class TwoHot(nn.Module):
         same = below == above
         total = torch.where(same, torch.ones_like(total), total)
         weight_below = torch.where(same, torch.ones_like(total), dist_above / total)
-        weight_above = 1.0 - weight_below
-        onehot_below = one_hot(below, self.num_bins, y.dtype)
-        onehot_above = one_hot(above, self.num_bins, y.dtype)
-        return onehot_below * weight_below.unsqueeze(-1) + onehot_above * weight_above.unsqueeze(-1)
+        return below, above, weight_below
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Two-hot targets ``[..., K]`` for raw values ``x`` ``[...]``; rows sum to 1 (no gradient).
+
+        Values outside the bin range put weight 1 on the nearest edge bin.
+        """
+        below, above, weight_below = self._neighbours(x)
+        dtype = weight_below.dtype
+        onehot_below = one_hot(below, self.num_bins, dtype)
+        onehot_above = one_hot(above, self.num_bins, dtype)
+        return onehot_below * weight_below.unsqueeze(-1) + onehot_above * (1.0 - weight_below).unsqueeze(-1)
 
     def decode(self, logits: torch.Tensor) -> torch.Tensor:
         """Expected raw value ``[...]`` of ``softmax(logits)`` ``[..., K]`` (symmetric sum; exactly 0 for zero logits).
@@ -134,7 +141,12 @@ class TwoHot(nn.Module):
         """
         dtype = torch.promote_types(logits.dtype, self.bins.dtype)
         probs = logits.to(dtype).softmax(-1)
-        mean = _symmetric_sum(probs * self.bins.to(dtype))
+        bins = self.bins.to(dtype)
+        if self.symmetric:  # Σ_j b_j·(p_{c+j} − p_{c−j}): mirrored pairs cancel before any product
+            half = self.num_bins // 2
+            mean = (probs[..., half + 1 :] - probs[..., :half].flip(-1)) @ bins[half + 1 :]
+        else:
+            mean = _symmetric_sum(probs * bins)
         return symexp(mean) if self.space == "symlog" else mean
 
     def loss(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -146,7 +158,11 @@ class TwoHot(nn.Module):
         """
         dtype = torch.promote_types(logits.dtype, self.bins.dtype)
         log_probs = logits.to(dtype).log_softmax(-1)
-        return -(self.encode(target.to(dtype)) * log_probs).sum(-1)
+        # Only two bins carry weight: gather them instead of materialising the [..., K] two-hot target.
+        below, above, weight_below = self._neighbours(target.to(dtype))
+        log_below = log_probs.gather(-1, below.unsqueeze(-1)).squeeze(-1)
+        log_above = log_probs.gather(-1, above.unsqueeze(-1)).squeeze(-1)
+        return -(weight_below * log_below + (1.0 - weight_below) * log_above)
 
 
 # ----- returns and weights (dreamer.md §5) ---------------------------------------------------------------------------
