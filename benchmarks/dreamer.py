@@ -24,6 +24,9 @@ Run single-threaded (``torch.set_num_threads(1)``, set here). Sections:
             first evaluation with mean return >= 400. Training time = ``trainer.fit`` wall time minus evaluation
             time, up to the crossing. PASS if every seed reaches 400 within the budget (median env steps reported),
             and if every seed's achieved replay ratio is within 5% of the config's.
+  catch     ``configs/dreamer_catch.yaml`` (16×16 pixels through the CNN encoder/decoder), evaluated every 1,000 env
+            steps on 32 episodes; PASS per seed if the mean return reaches 0.8 within the config's budget
+            (uniform-random play scores about −0.76, the optimum is 1). Not in the default sections.
 
 The summary table has the columns check / measured / target / verdict and ends with ``OVERALL: PASS/FAIL`` (over the
 PASS/FAIL rows; ``info`` rows do not count).
@@ -62,6 +65,8 @@ CONFIG = "dreamer.yaml"
 SPEED_T, SPEED_B, SPEED_HORIZON = 64, 16, 15
 SPEED_PRESETS = ("tiny", "XS", "S", "12M")
 CARTPOLE_TARGET = 400.0  # default of --cartpole-target
+CATCH_CONFIG = "dreamer_catch.yaml"
+CATCH_TARGET = 0.8  # mean return over evaluation episodes: +1 catch, -1 miss; uniform-random play scores about -0.76
 RATIO_TOLERANCE = 0.05
 
 
@@ -290,8 +295,8 @@ class DreamerEvaluation(TargetEvaluation):
             trainer.should_stop = True
 
 
-def config_data() -> dict[str, Any]:
-    with open(REPO / "configs" / CONFIG) as f:
+def config_data(config: str = CONFIG) -> dict[str, Any]:
+    with open(REPO / "configs" / config) as f:
         return yaml.safe_load(f)["data"]["init_args"]
 
 
@@ -303,6 +308,7 @@ def run_cartpole_seed(
     minutes: float | None,
     overrides: list[str],
     target: float = CARTPOLE_TARGET,
+    config: str = CONFIG,
 ) -> tuple[RunResult, dict[str, Any], bool]:
     callback = DreamerEvaluation(
         max_seconds=None if minutes is None else 60.0 * minutes,
@@ -313,7 +319,7 @@ def run_cartpole_seed(
         deterministic=None,  # DreamerV3's default: the policy's (and latents') mode
     )
     extra = ["--data.init_args.total_env_steps", str(budget), *overrides]
-    result = fit_with(CONFIG, seed, callback, extra)
+    result = fit_with(config, seed, callback, extra)
     return result, ratio_datamodule_stats(callback.datamodule), callback.timed_out
 
 
@@ -358,6 +364,7 @@ def summarise(
     cartpole: list[tuple[RunResult, dict[str, Any], bool]] | None,
     budget: int,
     target: float = CARTPOLE_TARGET,
+    catch: list[tuple[RunResult, dict[str, Any], bool]] | None = None,
 ) -> bool | None:
     rows: list[tuple[str, str, str, str]] = []
     verdicts: list[bool] = []
@@ -410,6 +417,14 @@ def summarise(
             f"every seed |actual/requested - 1| <= {RATIO_TOLERANCE:.0%}",
             verdict(all(_ratio_ok(s) for s in ratios)),
         ))  # fmt: skip
+    for r, stats, _ in catch or []:
+        rows.append((
+            f"Catch (16x16 pixels, CNN) seed {r.seed}: env steps to eval {CATCH_TARGET:g}",
+            f"{r.env_steps if r.crossed else f'>{r.total_env_steps}'} (best {_fmt(r.best_score, '.2f')}, "
+            f"ratio {stats['actual']:.4f})",
+            f"within {r.total_env_steps} env steps",
+            verdict(r.crossed),
+        ))  # fmt: skip
     if not rows:
         return None
     columns = ("check", "measured", "target", "verdict")
@@ -435,7 +450,7 @@ def _csv(text: str) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", default="speed,ratio,cartpole", help="comma list of speed,ratio,cartpole")
+    parser.add_argument("--sections", default="speed,ratio,cartpole", help="comma list of speed,ratio,cartpole,catch")
     parser.add_argument("--seeds", default="0,1,2", help="comma list of CartPole seeds (default 0,1,2)")
     parser.add_argument("--presets", default=",".join(SPEED_PRESETS), help="comma list of size presets for speed")
     parser.add_argument("--speed-steps", type=int, default=20, help="most timed gradient steps per preset")
@@ -461,9 +476,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     sections = set(_csv(args.sections))
-    unknown = sections - {"speed", "ratio", "cartpole"}
+    unknown = sections - {"speed", "ratio", "cartpole", "catch"}
     if unknown:
-        parser.error(f"--sections: unknown {sorted(unknown)}; choose from speed,ratio,cartpole")
+        parser.error(f"--sections: unknown {sorted(unknown)}; choose from speed,ratio,cartpole,catch")
     presets = _csv(args.presets)
     seeds = [int(s) for s in _csv(args.seeds)]
     budget = args.cartpole_steps if args.cartpole_steps is not None else int(config_data()["total_env_steps"])
@@ -504,13 +519,28 @@ def main() -> None:
                 flush=True,
             )
 
+    catch = None
+    if "catch" in sections:
+        catch = []
+        catch_budget = int(config_data(CATCH_CONFIG)["total_env_steps"])
+        for seed in seeds:
+            r, rs, timed_out = run_cartpole_seed(
+                seed, catch_budget, 1_000, 32, args.cartpole_minutes, [], CATCH_TARGET, CATCH_CONFIG
+            )
+            catch.append((r, rs, timed_out))
+            print(
+                f"  [Catch seed {seed}] crossed={r.crossed} env_steps={r.env_steps} train={r.train_seconds:.1f}s "
+                f"best={_fmt(r.best_score, '.2f')} ratio={rs['actual']:.4f}/{rs['requested']:g}",
+                flush=True,
+            )
+
     if speed is not None:
         print_speed(speed)
     if ratio is not None:
         print_ratio(ratio)
     if cartpole is not None:
         print_cartpole(cartpole, args.verbose, args.cartpole_target)
-    overall = summarise(speed, ratio, cartpole, budget, args.cartpole_target)
+    overall = summarise(speed, ratio, cartpole, budget, args.cartpole_target, catch)
     if overall is not None:
         print(f"\nOVERALL: {'PASS' if overall else 'FAIL'}")
 

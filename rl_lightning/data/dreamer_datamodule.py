@@ -166,6 +166,12 @@ class DreamerDataModule(OnPolicyDataModule):
         if self.engine == "cuda_async" and device.type != "cuda":
             raise ConfigError(f"data.engine='cuda_async' needs a CUDA device, got {device}; use 'cpu' or 'auto'")
         if device.type == "cuda" and self.engine in ("auto", "cuda_async"):
+            if self.safety_margin < self.rollout_length:
+                raise ConfigError(
+                    f"data.safety_margin={self.safety_margin} is below data.rollout_length={self.rollout_length}: "
+                    "with the cuda_async engine a running actor window overwrites that many of the oldest rows "
+                    "while the learner samples; raise safety_margin to at least rollout_length"
+                )
             self.actor_stream = torch.cuda.Stream(device)
         seed = self.collector.generator.initial_seed() + 20_011
         self.sample_generator = torch.Generator(device=device).manual_seed(seed)
