@@ -195,6 +195,7 @@ def test_fit_config_errors_name_the_field(tmp_path):
     model, datamodule = tiny_dreamer(engine="cuda_async")
     with pytest.raises(ConfigError, match="cuda_async"):
         trainer(tmp_path).fit(model, datamodule)
+    assert datamodule.collector is None  # refused before any env was built
 
 
 @pytest.mark.parametrize(

@@ -163,15 +163,7 @@ class DreamerDataModule(OnPolicyDataModule):
         super().setup(stage)
         assert self.collector is not None
         device = self.collector.env.device
-        if self.engine == "cuda_async" and device.type != "cuda":
-            raise ConfigError(f"data.engine='cuda_async' needs a CUDA device, got {device}; use 'cpu' or 'auto'")
         if device.type == "cuda" and self.engine in ("auto", "cuda_async"):
-            if self.safety_margin < self.rollout_length:
-                raise ConfigError(
-                    f"data.safety_margin={self.safety_margin} is below data.rollout_length={self.rollout_length}: "
-                    "with the cuda_async engine a running actor window overwrites that many of the oldest rows "
-                    "while the learner samples; raise safety_margin to at least rollout_length"
-                )
             self.actor_stream = torch.cuda.Stream(device)
         seed = self.collector.generator.initial_seed() + 20_011
         self.sample_generator = torch.Generator(device=device).manual_seed(seed)
@@ -184,6 +176,7 @@ class DreamerDataModule(OnPolicyDataModule):
         """Configs that could never train are errors here, before any env exists."""
         super().check_fit_config(module)
         self._check_replay()
+        self._check_engine(self._resolve_device())
         per_env_budget = -(-self.total_env_steps // (self.num_envs * self.world_size))
         if per_env_budget < self.min_ready_steps:
             raise ConfigError(
@@ -195,6 +188,16 @@ class DreamerDataModule(OnPolicyDataModule):
             raise ConfigError(
                 f"data.learning_starts={self.learning_starts} is not below data.total_env_steps="
                 f"{self.total_env_steps}: training would never start; lower learning_starts"
+            )
+
+    def _check_engine(self, device: torch.device) -> None:
+        if self.engine == "cuda_async" and device.type != "cuda":
+            raise ConfigError(f"data.engine='cuda_async' needs a CUDA device, got {device}; use 'cpu' or 'auto'")
+        if device.type == "cuda" and self.engine != "cpu" and self.safety_margin < self.rollout_length:
+            raise ConfigError(
+                f"data.safety_margin={self.safety_margin} is below data.rollout_length={self.rollout_length}: "
+                "with the cuda_async engine a running actor window overwrites that many of the oldest rows "
+                "while the learner samples; raise safety_margin to at least rollout_length"
             )
 
     # ----- one engine cycle ---------------------------------------------------------------------------------
