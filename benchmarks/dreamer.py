@@ -471,7 +471,7 @@ def main() -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="extra CLI setting for every CartPole run (tuning), e.g. --override model.init_args.lr=1e-4",
+        help="extra CLI setting for every CartPole/Catch run (tuning), e.g. --override model.init_args.lr=1e-4",
     )
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -520,12 +520,13 @@ def main() -> None:
             )
 
     catch = None
+    overrides = overrides_to_args(args.override)
     if "catch" in sections:
         catch = []
         catch_budget = int(config_data(CATCH_CONFIG)["total_env_steps"])
         for seed in seeds:
             r, rs, timed_out = run_cartpole_seed(
-                seed, catch_budget, 1_000, 32, args.cartpole_minutes, [], CATCH_TARGET, CATCH_CONFIG
+                seed, catch_budget, 1_000, 32, args.cartpole_minutes, overrides, CATCH_TARGET, CATCH_CONFIG
             )
             catch.append((r, rs, timed_out))
             print(
