@@ -199,3 +199,25 @@ def raw_env_rate(num_envs: int, steps: int) -> float:
     seconds = time.perf_counter() - start
     env.close()
     return steps * num_envs / seconds
+
+
+def print_summary(rows: list[tuple[str, str, str, str]], verdicts: list[bool], target: str = "target") -> bool | None:
+    """Print the ``check / measured / <target> / verdict`` table and the PASS/FAIL lines; return the overall verdict.
+
+    ``None`` when there is nothing to print or no row has a PASS/FAIL verdict (``info`` rows only).
+    """
+    if not rows:
+        return None
+    columns = ("check", "measured", target, "verdict")
+    widths = [max(len(row[i]) for row in [columns, *rows]) for i in range(4)]
+    header = "  ".join(h.ljust(w) for h, w in zip(columns, widths))
+    print("\n== Summary ==")
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    print("-" * len(header))
+    for check, measured, criterion, mark in rows:
+        if mark in ("PASS", "FAIL"):
+            print(f"  {mark}  {check}: {measured}; {criterion}")
+    return all(verdicts) if verdicts else None

@@ -48,6 +48,7 @@ from _common import (  # first: it silences warnings and Lightning's INFO loggin
     fit_with,
     median_or_inf,
     overrides_to_args,
+    print_summary,
 )
 
 # isort: split
@@ -425,23 +426,7 @@ def summarise(
             f"within {r.total_env_steps} env steps",
             verdict(r.crossed),
         ))  # fmt: skip
-    if not rows:
-        return None
-    columns = ("check", "measured", "target", "verdict")
-    widths = [max(len(row[i]) for row in [columns, *rows]) for i in range(4)]
-    header = "  ".join(h.ljust(w) for h, w in zip(columns, widths))
-    print("\n== Summary ==")
-    print(header)
-    print("-" * len(header))
-    for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-    print("-" * len(header))
-    for check, measured, target, mark in rows:
-        if mark in ("PASS", "FAIL"):
-            print(f"  {mark}  {check}: {measured}; {target}")
-    if not verdicts:
-        return None
-    return all(verdicts)
+    return print_summary(rows, verdicts)
 
 
 def _csv(text: str) -> list[str]:

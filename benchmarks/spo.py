@@ -38,6 +38,7 @@ from _common import (  # first: it silences warnings and Lightning's INFO loggin
     fit_with,
     median_or_inf,
     overrides_to_args,
+    print_summary,
     raw_env_rate,
 )
 
@@ -377,22 +378,7 @@ def summarise(
             "-",
             "info",
         ))  # fmt: skip
-    if not rows:
-        return None
-    widths = [max(len(row[i]) for row in [("check", "measured", "criterion", "verdict"), *rows]) for i in range(4)]
-    header = "  ".join(h.ljust(w) for h, w in zip(("check", "measured", "criterion", "verdict"), widths))
-    print("\n== Summary ==")
-    print(header)
-    print("-" * len(header))
-    for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-    print("-" * len(header))
-    for check, measured, criterion, mark in rows:
-        if mark in ("PASS", "FAIL"):
-            print(f"  {mark}  {check}: {measured}; {criterion}")
-    if not verdicts:
-        return None
-    return all(verdicts)
+    return print_summary(rows, verdicts, "criterion")
 
 
 # ----------------------------------------------------------------------------------------------------------------
