@@ -336,3 +336,23 @@ def test_continuous_root_perturbation_stays_in_bounds():
     moved = prior.perturb(action, 0.5, torch.Generator().manual_seed(0))
     assert bool(((moved >= -2.0) & (moved <= 2.0)).all())
     assert float(moved.mean()) == pytest.approx(0.5 * 1.9, abs=0.05)  # (1 − f)·a + f·E[ε], before clipping
+
+
+def test_root_noise_is_one_dirichlet_draw_per_env_shared_by_its_particles():
+    """Bug 6: all N particles of an env sample their root action from the same noised prior (AlphaZero: one
+    Dirichlet draw per root), not from N different ones. With f = 1 the prior is p ~ Dir(α·1_K); two particles of
+    one env then pick the same root action with probability E[Σ p_a²] = (α + 1)/(Kα + 1) = 0.84 for α = .05,
+    K = 5, whereas per-particle draws make them independent uniform picks (collision rate 1/K = 0.2)."""
+    env = random_tree(4, 5)
+    prior = table_prior(env, torch.zeros(4, 5), torch.zeros(4))  # uniform prior: any concentration is the noise
+    cfg = SearchConfig(num_particles=64, depth=0, dirichlet_alpha=0.05, root_noise_fraction=1.0)
+    result = search(env, prior, cfg, num_envs=256, explore=True)
+    counts = torch.nn.functional.one_hot(result.sampled_actions, 5).sum(1).float()  # [E, K]
+    collision = ((counts * (counts - 1)).sum(-1) / (64 * 63)).mean()
+    assert float(collision) == pytest.approx(1.05 / 1.25, abs=0.06)
+    # Across envs the noise averages out: every action is the root choice of some env.
+    assert bool((counts.argmax(-1).bincount(minlength=5) > 0).all())
+    # Without explore (acting for evaluation) there is no noise: uniform picks.
+    plain = search(env, prior, cfg, num_envs=256)
+    counts = torch.nn.functional.one_hot(plain.sampled_actions, 5).sum(1).float()
+    assert float(((counts * (counts - 1)).sum(-1) / (64 * 63)).mean()) == pytest.approx(0.2, abs=0.02)

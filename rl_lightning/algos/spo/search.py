@@ -213,12 +213,17 @@ def _root_actions(
     generator: torch.Generator | None,
     explore: bool,
 ) -> torch.Tensor:
-    """``N`` prior samples per env, ``[E·N(, D)]`` (env ``e`` owns rows ``e·N … e·N + N − 1``), with root noise."""
+    """``N`` prior samples per env, ``[E·N(, D)]`` (env ``e`` owns rows ``e·N … e·N + N − 1``), with root noise.
+
+    Discrete root noise is one Dirichlet draw per env, mixed into that env's prior before it is repeated over
+    the particles: every particle of a root samples from the same noised prior (AlphaZero's root noise).
+    Continuous noise perturbs each sampled action (spo.md §1.2).
+    """
     noisy = explore and config.root_noise_fraction > 0
-    params = prior.repeat(prior.params(root_obs), config.num_particles)
+    params = prior.params(root_obs)
     if noisy and prior.spec.discrete:
         params = (prior.dirichlet_mix(params[0], config.dirichlet_alpha, config.root_noise_fraction, generator),)
-    actions = prior.sample(params, generator)
+    actions = prior.sample(prior.repeat(params, config.num_particles), generator)
     if noisy and not prior.spec.discrete:
         actions = prior.perturb(actions, config.root_noise_fraction, generator)
     return actions
