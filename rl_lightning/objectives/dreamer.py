@@ -228,15 +228,21 @@ def continue_target(terminated: torch.Tensor, horizon: float = 333.0, discount_c
     return alive * (1.0 - 1.0 / horizon) if discount_continue else alive
 
 
-def imagination_weights(cont: torch.Tensor) -> torch.Tensor:
-    """Loss weights of imagined steps, ``cumprod(cont)`` over time, detached (dreamer.md §5, I7).
+def imagination_weights(cont: torch.Tensor, disc: float = 1.0) -> torch.Tensor:
+    """Loss weights of imagined steps, ``cumprod(disc·cont)/disc`` over time, detached (dreamer.md §5, I7).
 
-    The 2024 code weights the start state by its own continue probability: cont = .5 everywhere gives
-    [.5, .25, .125, ...].
+    The start state is weighted by its own continue probability and each later step by the discounted chance
+    of reaching it: cont = .5, disc = 1 gives [.5, .25, .125, ...]; cont = .5, disc = .5 gives
+    [.5, .125, .03125, ...]. The 2024 code folds γ into the continue target, so disc = 1 there; the 2023
+    recipe (``discount_continue=False``) passes disc = γ.
 
-    Shape contract: ``cont`` ``[H+1, ...]`` (continue probabilities, discount folded in); returns the same shape.
+    Shape contract: ``cont`` ``[H+1, ...]`` (predicted continue probabilities); returns the same shape.
+
+    Args:
+        cont: predicted continue probabilities along the imagined trajectory.
+        disc: the discount not already folded into ``cont`` (γ, or 1.0).
     """
-    return torch.cumprod(cont.detach(), dim=0)
+    return torch.cumprod(cont.detach() * disc, dim=0) / disc
 
 
 # ----- losses (dreamer.md §3, §5) ------------------------------------------------------------------------------------

@@ -98,9 +98,10 @@ def behaviour_losses(
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor]:
     """Per-step ``policy`` and ``value`` losses ``[H, N]`` on an imagined batch (2024 recipe).
 
-    ``disc`` multiplies the predicted continue probability (1.0 when the continue target already carries
-    the 1 − 1/333 discount). Returns the loss terms, detached diagnostics and the λ-returns ``[H, N]`` (the
-    replay value loss bootstraps from their first row).
+    ``disc`` multiplies the predicted continue probability in the λ-returns and in the loss weights
+    ``cumprod(disc·cont)/disc`` (1.0 when the continue target already carries the 1 − 1/333 discount).
+    Returns the loss terms, detached diagnostics and the λ-returns ``[H, N]`` (the replay value loss
+    bootstraps from their first row).
     """
     horizon = features.shape[0] - 1
     with torch.no_grad():
@@ -110,7 +111,7 @@ def behaviour_losses(
     critic_logits = ac.critic(features)
     value = ac.value_codec.decode(critic_logits).detach()
     returns = L.lambda_return(reward, value, cont * disc, lam)
-    weight = L.imagination_weights(cont[:horizon])
+    weight = L.imagination_weights(cont[:horizon], disc)
     ac.return_norm.update(returns, gather)
     advantage = (returns - value[:horizon]) / ac.return_norm.scale()
     policy = ac.space.evaluate(ac.actor(features[:horizon]), actions[:horizon])
