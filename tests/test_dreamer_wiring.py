@@ -116,6 +116,9 @@ def test_replay_value_loss_matches_a_naive_loop_with_truncation_and_termination(
     model, _ = tiny_dreamer(discount_horizon=4.0)
     seq = _batch()
     g = torch.Generator().manual_seed(1)
+    with torch.no_grad():  # the critic's output layer starts at zero: uniform logits score every target alike
+        for param in model.behaviour.critic.parameters():
+            param.copy_(torch.randn(param.shape, generator=g))
     feat_dim = model.world_model.rssm.feature_dim
     features = torch.randn(T, B, feat_dim, generator=g)
     imagined = torch.randn(3, T * B, generator=g) * 5
