@@ -129,24 +129,27 @@ def _replay_batch(module, dm):
 
 
 def test_critic_targets_come_from_the_target_critic():
-    """Zeroing the target critic makes the critic regress onto discounted rewards within each sequence."""
+    """Only the target critic is moved (its output shifted by +3): the critic's regression targets follow it,
+    y = GAE(V_target) + V_target, while the online critic only supplies the prediction."""
     pl.seed_everything(0)
     module, dm = tiny_spo()
     dm.setup("fit")
     batch = _replay_batch(module, dm)
     with torch.no_grad():
-        for p in module.target_critic.parameters():
-            p.zero_()
-        for p in module.critic.parameters():
-            p.zero_()
+        list(module.target_critic.parameters())[-1].add_(3.0)  # the output bias
     loss = module.losses(batch)["loss_critic"]
     from rl_lightning.objectives.gae import generalized_advantage_estimate
 
-    zeros = torch.zeros_like(batch[keys.REWARD])
+    def values(net, key):
+        return net(batch[key].reshape(*batch.batch_size, -1).float()).squeeze(-1).detach()
+
+    target_v, target_next = values(module.target_critic, keys.OBS), values(module.target_critic, keys.FINAL_OBS)
+    online_v = values(module.critic, keys.OBS)
+    assert float((target_v - online_v).abs().min()) > 2.0  # the two critics really differ
     _, targets = generalized_advantage_estimate(
-        batch[keys.REWARD], zeros, zeros, batch[keys.TERMINATED], batch[keys.TRUNCATED], 0.99, 0.95
+        batch[keys.REWARD], target_v, target_next, batch[keys.TERMINATED], batch[keys.TRUNCATED], 0.99, 0.95
     )
-    assert float(loss) == pytest.approx(float(0.5 * targets.square().mean()), rel=1e-5)
+    assert float(loss) == pytest.approx(float(0.5 * (online_v - targets).square().mean()), rel=1e-5)
 
 
 def test_gymnasium_snapshots_never_leak(tmp_path):

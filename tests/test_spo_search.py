@@ -86,6 +86,26 @@ def test_ess_mode_resamples_per_env():
     assert bool((result.sampled_actions[0] == 0).all())
 
 
+def test_ess_mode_leaves_envs_that_are_not_due_untouched():
+    """Env 1's weights are uneven but its ESS stays above the threshold: its particles keep their order, their
+    root actions and their accumulated log-weights (a resample of every env would shuffle or reset them)."""
+    nxt = torch.tensor([[1, 2], [1, 1], [2, 2], [3, 3]])
+    reward = torch.tensor([[100.0, -100.0], [0.0, 0.0], [0.0, 0.0], [0.5, 0.0]])
+    env = TableEnv(nxt, reward)
+    prior = table_prior(env, torch.zeros(4, 2), torch.zeros(4))
+    root_state, _ = root(env, 2)
+    root_state["s"] = torch.tensor([0, 3])
+    cfg = SearchConfig(num_particles=16, depth=2, resample_mode="ess", ess_threshold=0.5)
+    result = smc_search(env, root_state, env.observe(root_state), prior, cfg, ETA, torch.Generator().manual_seed(0))
+    assert result.resampled.tolist() == [[True, False], [False, False]]
+    (_, first), (_, second) = env.history
+    env1 = slice(16, 32)  # env 1 owns particle rows 16..31; with no resample, row i is particle i at every depth
+    assert torch.equal(result.sampled_actions[1], first[env1])
+    expected = reward[3, first[env1]] + reward[3, second[env1]]
+    assert float(expected.std()) > 0  # uneven weights: a shuffle would be visible
+    torch.testing.assert_close(result.log_weights[1], expected)
+
+
 # 3. closed-form log-weights -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("gamma", [1.0, 0.9])
 def test_log_weights_closed_form(gamma):
