@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 
 import lightning.pytorch as pl
+import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 from tensordict import TensorDict
 
 from rl_lightning import keys
-from rl_lightning.envs import Pendulum, TicTacToe
+from rl_lightning.envs import TicTacToe
+from rl_lightning.envs.base import EnvSpec, TorchEnv
 from tests.helpers import tiny_ppo, trainer
 
 
@@ -88,12 +90,36 @@ def test_same_seed_gives_identical_metrics_on_cpu(tmp_path):
     assert third != first
 
 
-def test_continuous_policy_learns_shapes_and_logs_std(tmp_path):
+class _TargetBandit(TorchEnv):
+    """One-step episodes with a constant observation; reward ``−(a − 1)²`` for ``a`` in [−2, 2]: optimum a = 1."""
+
+    spec = EnvSpec("TargetBandit", (1,), False, action_shape=(1,), action_low=(-2.0,), action_high=(2.0,))
+
+    def reset_state(self, num, generator):
+        return TensorDict({"t": torch.zeros(num)}, batch_size=[num])
+
+    def observe(self, state):
+        return TensorDict({keys.OBS: torch.ones(*state.batch_size, 1)}, batch_size=state.batch_size)
+
+    def step_state(self, state, action, generator, inplace=False):
+        reward = -(action.clamp(-2.0, 2.0).squeeze(-1) - 1.0).square()
+        done = torch.ones(state.batch_size, dtype=torch.bool)
+        out = {keys.OBS: torch.ones(*state.batch_size, 1), keys.FINAL_OBS: torch.ones(*state.batch_size, 1)}
+        out.update({keys.REWARD: reward, keys.TERMINATED: done, keys.TRUNCATED: ~done, keys.IS_FIRST: done})
+        return state, TensorDict(out, batch_size=state.batch_size)
+
+
+def test_continuous_policy_learns_the_rewarded_action_and_logs_std(tmp_path):
+    """From mean ≈ 0 the Gaussian policy moves to the optimum a = 1 of a one-step bandit in 24 updates."""
     pl.seed_everything(0)
-    module, dm = tiny_ppo(env=Pendulum(), total_env_steps=128)
+    module, dm = tiny_ppo(env=_TargetBandit(), total_env_steps=64 * 24, lr=3e-3)
+    obs = TensorDict({keys.OBS: torch.ones(1, 1)}, [1])
+    start = float(module.act(obs, deterministic=True)[keys.ACTION])
     record = _Record()
     trainer(tmp_path, callbacks=[record]).fit(module, dm)
-    assert "policy/std" in record.metrics[-1]
-    rollout = dm.last_rollout.batch
-    assert rollout[keys.ACTION].shape == (16, 4, 1)
-    assert torch.isfinite(rollout[keys.ADVANTAGE]).all()
+    mean = float(module.act(obs, deterministic=True)[keys.ACTION])
+    assert abs(start) < 0.1
+    assert mean == pytest.approx(1.0, abs=0.25)
+    returns = [m["rollout/episode_return"] for m in record.metrics]
+    assert sum(returns[-4:]) / 4 > sum(returns[:4]) / 4 + 0.5  # collected reward: E[−(a − 1)²] ≈ −2 at init
+    assert record.metrics[-1]["policy/std"] == pytest.approx(float(module.log_std.exp()))

@@ -36,7 +36,7 @@ def _fit(tmp_path, budget_updates, ckpt_path=None, dirpath=None):
 
 
 def test_resume_continues_exactly_where_it_stopped(tmp_path):
-    straight, straight_dm, straight_rows, _ = _fit(tmp_path / "a", 6)
+    straight, straight_dm, straight_rows, straight_eval = _fit(tmp_path / "a", 6)
     first, _, first_rows, _ = _fit(tmp_path / "b", 3)
     last = tmp_path / "b" / "ckpt" / "last.ckpt"
     resumed, resumed_dm, resumed_rows, evaluation = _fit(tmp_path / "b", 6, ckpt_path=str(last))
@@ -46,7 +46,12 @@ def test_resume_continues_exactly_where_it_stopped(tmp_path):
     assert resumed.parent_version == 3
     assert resumed_dm.env_steps == straight_dm.env_steps == 6 * 64
     assert first_rows + resumed_rows == straight_rows  # same losses: RNG, env state and optimiser restored
-    assert evaluation.random_return is not None
+    # The random baseline measured before the checkpoint is restored with it: one value for the whole run.
+    assert evaluation.random_return == straight_eval.random_return
+    assert 8.0 <= evaluation.random_return <= 100.0  # a random CartPole policy lasts ~10-50 steps
+    assert [h["eval/episode_return"] for h in evaluation.history] == [
+        h["eval/episode_return"] for h in straight_eval.history[-len(evaluation.history) :]
+    ]
     assert evaluation.last_updates == 6
     for a, b in zip(straight.parameters(), resumed.parameters()):
         assert torch.equal(a, b)

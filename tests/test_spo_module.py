@@ -222,15 +222,29 @@ def test_continuous_fit_has_per_dimension_duals(tmp_path):
     assert bool((sample[keys.SAMPLED_ACTIONS].abs() <= 2.0).all())
 
 
-def test_eval_samples_from_the_target_by_default_and_greedy_on_request(tmp_path):
-    pl.seed_everything(0)
-    module, dm = tiny_spo(total_env_steps=32)
-    assert module.eval_deterministic is False
-    greedy, _ = tiny_spo(eval_greedy=True)
-    assert greedy.eval_deterministic is True
-    evaluation = Evaluation(every_n_updates=1, num_episodes=3)
-    trainer(tmp_path, callbacks=[evaluation]).fit(module, dm)
-    assert evaluation.history[0]["eval/episode_return"] > 0
+def test_eval_samples_from_the_target_by_default_and_greedy_on_request(tmp_path, monkeypatch):
+    """Evaluation searches without root noise and draws from q̂ (published SPO), or takes its argmax with
+    ``eval_greedy``; training acting always explores and draws."""
+    import rl_lightning.algos.spo.module as spo_module
+
+    calls: list[tuple[bool, bool]] = []
+    search = spo_module.smc_search
+
+    def spy(*args, explore, greedy, **kwargs):
+        calls.append((explore, greedy))
+        return search(*args, explore=explore, greedy=greedy, **kwargs)
+
+    monkeypatch.setattr(spo_module, "smc_search", spy)
+    for eval_greedy in (False, True):
+        pl.seed_everything(0)
+        module, dm = tiny_spo(total_env_steps=32, eval_greedy=eval_greedy)
+        assert module.eval_deterministic is eval_greedy
+        evaluation = Evaluation(every_n_updates=1, num_episodes=3)
+        calls.clear()
+        trainer(tmp_path, callbacks=[evaluation]).fit(module, dm)
+        assert set(calls) == {(True, False), (False, eval_greedy)}  # training acting, evaluation acting
+        record = evaluation.history[0]
+        assert record["eval/episode_return"] == record["eval/episode_length"]  # CartPole pays 1 per step
 
 
 def test_fixed_temperature_is_not_learned(tmp_path):
