@@ -49,8 +49,9 @@ class FaultCheckpoint(Callback):
     ``<log_dir>/checkpoints``), written to a temporary file and renamed, so a failed write never damages an earlier
     ``last.ckpt``. Lightning's ``OnExceptionCheckpoint`` is not used: it saves whatever half-updated state the
     exception left and deletes its file when a run ends normally. A plain ``Callback``, not a ``Checkpoint``, so it
-    works with ``enable_checkpointing: false`` and is never taken for the run's ``ModelCheckpoint``. Only global rank 0 writes, without collectives
-    (the other ranks may be stuck). What was written is added to the exception as a note, which the CLI prints.
+    works with ``enable_checkpointing: false`` and is never taken for the run's ``ModelCheckpoint``. Only global
+    rank 0 writes, without collectives (the other ranks may be stuck). What was written is added to the exception
+    as a note, which the CLI prints.
 
     Args:
         filename: file name inside the checkpoint directory; keep ``last.ckpt`` for ``--ckpt_path last``.
