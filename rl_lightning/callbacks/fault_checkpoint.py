@@ -85,13 +85,14 @@ class FaultCheckpoint(Callback):
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         self._restore_sigint()
-        snapshot = self._snapshot
-        if trainer.state.fn != "fit" or snapshot is None or not snapshot.get(COUNTERS_KEY, {}).get("updates"):
-            return  # no update completed: nothing to save, and nothing written earlier is touched
-        checkpoint = snapshot
+        if trainer.state.fn != "fit" or self._snapshot is None:
+            return
+        checkpoint = self._snapshot
         if isinstance(exception, SIGTERMException):  # raised between updates: the live state is consistent
             with contextlib.suppress(Exception):
                 checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+        if not checkpoint.get(COUNTERS_KEY, {}).get("updates"):
+            return  # no update completed: nothing to save, and nothing written earlier is touched
         note = self._write(trainer, checkpoint)
         if note is None:
             return
