@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,10 +12,11 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from rl_lightning.algos.base import RLModule
 from rl_lightning.callbacks.progress import EnvStepProgressBar
-from rl_lightning.errors import ConfigError
+from rl_lightning.errors import ConfigError, EnvError
 from rl_lightning.lineage import check_family
 
 _REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -187,14 +189,24 @@ def cli_main(args: Sequence[str] | None = None, run: bool = True) -> RLLightning
 
 
 def main(args: Sequence[str] | None = None) -> None:
-    """Console entry point: bad input becomes one ``rl-lightning: error: ...`` line and exit code 2."""
+    """Console entry point: bad input, a failing env or a stop signal becomes one ``rl-lightning: error: ...`` line.
+
+    Exit codes: 2 for bad input or a failing env, 128 + the signal number after SIGTERM/SIGINT. The notes
+    ``FaultCheckpoint`` adds (which checkpoint it saved) are part of the line.
+    """
     try:
         cli_main(args)
-    except Exception as err:  # noqa: BLE001 - re-raised unless it is (or wraps) bad user input
-        cause = _user_error(err)
+    except SIGTERMException as err:  # SIGTERM, or a Ctrl+C deferred to an update boundary by FaultCheckpoint
+        signum = getattr(err, "signum", signal.SIGTERM)
+        notes = "".join(f"; {note}" for note in getattr(err, "__notes__", []))
+        print(f"rl-lightning: error: stopped by {signal.Signals(signum).name}{notes}", file=sys.stderr)
+        raise SystemExit(128 + signum) from None
+    except Exception as err:  # noqa: BLE001 - re-raised unless it is (or wraps) bad user input or a failing env
+        cause = _user_error(err) or (err if isinstance(err, EnvError) else None)
         if cause is None:
             raise
-        print(f"rl-lightning: error: {cause}", file=sys.stderr)
+        notes = "".join(f"; {note}" for note in getattr(err, "__notes__", []))
+        print(f"rl-lightning: error: {cause}{notes}", file=sys.stderr)
         raise SystemExit(2) from None
 
 

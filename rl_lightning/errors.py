@@ -14,3 +14,22 @@ def check_fields(checks: list[tuple[str, bool, str]], values: Any, prefix: str =
     for name, ok, fix in checks:
         if not ok:
             raise ConfigError(f"{prefix}.{name}={values[name]!r} is invalid: {fix}")
+
+
+class EnvError(RuntimeError):
+    """An env failed during a run (it raised, or returned NaN/inf): the message names the env and the env index.
+
+    Args:
+        env: the env's name (class or Gymnasium id).
+        index: which env of the batch (``None`` when the whole batch failed).
+        num_envs: the batch size, shown next to ``index``.
+        problem: what happened, e.g. ``"raised RuntimeError: boom"``.
+    """
+
+    def __init__(self, env: str, index: int | None, num_envs: int, problem: str) -> None:
+        where = f"env {env!r}" + (f" (index {index} of {num_envs})" if index is not None else "")
+        super().__init__(f"{where} {problem}")
+        self.env, self.index, self.num_envs, self.problem = env, index, num_envs, problem
+
+    def __reduce__(self) -> tuple[type, tuple[str, int | None, int, str]]:
+        return type(self), (self.env, self.index, self.num_envs, self.problem)

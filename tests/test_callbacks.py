@@ -55,6 +55,7 @@ def test_evaluation_rejects_bad_cadence(kwargs):
 def test_fail_fast_raises_with_a_bundle_that_reproduces(tmp_path):
     pl.seed_everything(0)
     module, dm = tiny_ppo(env=NaNRewardCartPole(), total_env_steps=64 * 5)
+    dm.check_finite = False  # let the NaN reward reach the loss: FailFast is under test here, not the env check
     with pytest.raises(FloatingPointError, match="non-finite") as info:
         trainer(tmp_path, callbacks=[FailFast(bundle_dir=str(tmp_path))]).fit(module, dm)
     assert module.updates == 3  # rollout 3 is the first with NaN rewards

@@ -5,6 +5,7 @@ from rl_lightning.callbacks.cuda_stream_weight_sync import CUDAStreamWeightSync
 from rl_lightning.callbacks.early_stopping import EarlyStopping
 from rl_lightning.callbacks.evaluation import Evaluation
 from rl_lightning.callbacks.fail_fast import FailFast
+from rl_lightning.callbacks.fault_checkpoint import FaultCheckpoint
 from rl_lightning.callbacks.progress import EnvStepProgressBar
 from rl_lightning.callbacks.soft_target_update import SoftTargetUpdate
 
@@ -14,6 +15,7 @@ __all__ = [
     "EnvStepProgressBar",
     "Evaluation",
     "FailFast",
+    "FaultCheckpoint",
     "RLCheckpoint",
     "SoftTargetUpdate",
 ]

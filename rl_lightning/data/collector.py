@@ -61,6 +61,8 @@ class Collector(CollectorBase):
             self._obs = next_obs
         self.finished.update(torch.stack(done_returns), torch.stack(done_lengths), torch.stack(done_flags))
         batch = _stack_rows(rows, self.env.num_envs, self.env.device)
+        self.env.watch(batch)
+        self.env.check_outputs()  # NaN/inf from the env: one host sync per rollout, before anyone learns from it
         batch[keys.POLICY_VERSION] = torch.full(
             batch.batch_size, policy_version, dtype=torch.int64, device=self.env.device
         )

@@ -207,10 +207,12 @@ class DreamerDataModule(OnPolicyDataModule):
             raise RuntimeError("DreamerDataModule.collect called before setup()")
         module = self.trainer.lightning_module
         if self.async_engine:
+            self.collector.env.check_outputs()  # NaN/inf of earlier windows, before their rows are sampled
             batches = self._sample(self._due())  # rows committed by earlier windows only
             self._actor_window(module)
         else:
             self._actor_window(module)
+            self.collector.env.check_outputs()  # NaN/inf from the env: one host sync per window
             batches = self._sample(self._due())
         update = DreamerUpdate(batches, self._stats(module))
         if batches is not None:

@@ -49,6 +49,8 @@ class OnPolicyDataModule(pl.LightningDataModule):
         check_env: validate every action against the action space and masks (slow, for debugging).
         eval_episodes: episodes played by ``rl-lightning validate``/``test``.
         eval_seed: seed of those episodes' env.
+        check_finite: fail with the env's name and index when it returns a NaN/inf observation or reward (one host
+            sync per rollout, no per-step cost).
     """
 
     def __init__(
@@ -62,6 +64,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         check_env: bool = False,
         eval_episodes: int = 10,
         eval_seed: int = 12_345,
+        check_finite: bool = True,
     ) -> None:
         super().__init__()
         _require_positive("data.num_envs", num_envs, "set it to the number of parallel envs per rank, e.g. 8")
@@ -74,6 +77,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self.seed = seed
         self.device = device
         self.check_env = check_env
+        self.check_finite = check_finite
         self.eval_episodes = eval_episodes
         self.eval_seed = eval_seed
         self.world_size = 1
@@ -109,7 +113,9 @@ class OnPolicyDataModule(pl.LightningDataModule):
             self.check_fit_config(module)  # before any env is built
         device = self._resolve_device()
         seed = self.seed if self.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
-        env = BatchedEnv(self.env, self.num_envs, device, seed=seed + rank * self.num_envs, check=self.check_env)
+        env = BatchedEnv(
+            self.env, self.num_envs, device, seed + rank * self.num_envs, self.check_env, self.check_finite
+        )
         self.collector = self._make_collector(env, seed + rank * self.num_envs + 10_007)
         if self._restored is not None:
             self._apply_state(self._restored)

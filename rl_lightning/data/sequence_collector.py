@@ -118,6 +118,7 @@ class SequenceCollector(CollectorBase):
         start = time.perf_counter()
         rows = [self.tick(policy, policy_version) for _ in range(num_ticks)]
         batch = torch.stack(rows)
+        self.env.watch(batch)  # NaN/inf: device ops only; the datamodule reads it once per window
         self.last_collect_seconds = time.perf_counter() - start
         return batch
 

@@ -15,6 +15,7 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning import keys
+from rl_lightning.envs.finite import FiniteWatch
 from rl_lightning.errors import ConfigError
 
 
@@ -140,10 +141,18 @@ class BatchedEnv:
         device: where the state and all outputs live.
         seed: seeds this wrapper's own generator (resets, opponents, noise).
         check: validate every action with ``env.check_action`` (slow: host syncs; for debugging).
+        check_finite: watch observations and rewards for NaN/inf: collectors pass each stacked rollout to
+            ``watch`` (device ops only) and read the result with ``check_outputs`` (one host sync per rollout).
     """
 
     def __init__(
-        self, env: TorchEnv, num_envs: int, device: str | torch.device = "cpu", seed: int = 0, check: bool = False
+        self,
+        env: TorchEnv,
+        num_envs: int,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        check: bool = False,
+        check_finite: bool = True,
     ) -> None:
         if num_envs < 1:
             raise ConfigError(f"num_envs={num_envs}: must be >= 1")
@@ -154,6 +163,7 @@ class BatchedEnv:
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
         self.state: TensorDict | None = None
+        self.finite = FiniteWatch(env.spec.name, num_envs, self.device) if check_finite else None
 
     @property
     def spec(self) -> EnvSpec:
@@ -176,6 +186,16 @@ class BatchedEnv:
             self.env.check_action(self.state, action)
         self.state, out = self.env.step_state(self.state, action, self.generator, inplace=True)
         return out
+
+    def watch(self, out: TensorDict) -> None:
+        """Fold env outputs (``[..., num_envs]``: one step, or a stacked rollout) into the NaN/inf watch; no sync."""
+        if self.finite is not None:
+            self.finite.update(out)
+
+    def check_outputs(self) -> None:
+        """Raise ``EnvError`` naming the env and index if a watched output was NaN/inf since the last call."""
+        if self.finite is not None:
+            self.finite.check()
 
     def close(self) -> None:
         if self.state is not None:

@@ -24,7 +24,7 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.envs.base import EnvSpec, TorchEnv
-from rl_lightning.errors import ConfigError
+from rl_lightning.errors import ConfigError, EnvError
 
 SNAPSHOT = "snapshot"
 
@@ -136,12 +136,21 @@ class GymnasiumEnv(TorchEnv):
     def reset_state(self, num: int, generator: torch.Generator) -> TensorDict:
         """Make ``num`` new env instances, each seeded from ``generator``, and register them."""
         seeds = torch.randint(0, 2**31 - 1, (num,), generator=generator, device=generator.device).tolist()
-        ids = []
-        for seed in seeds:
+        ids: list[int] = []
+        for index, seed in enumerate(seeds):
             env = self._make()
-            obs, _ = env.reset(seed=int(seed))
+            try:
+                obs, _ = env.reset(seed=int(seed))
+            except Exception as err:
+                env.close()
+                self.release(self._state(ids, None))
+                raise self._env_error(index, num, "reset", err) from err
             ids.append(self._register(env, obs))
         return self._state(ids, generator.device)
+
+    def _env_error(self, index: int, num: int, call: str, err: Exception) -> EnvError:
+        """The one-line error for a Gymnasium env that raised: its id, its index in the batch, what it raised."""
+        return EnvError(self.env_id, index, num, f"raised {type(err).__name__} in {call}(): {err}")
 
     def observe(self, state: TensorDict) -> TensorDict:
         """Return the current float32 observation of each snapshot."""
@@ -168,12 +177,14 @@ class GymnasiumEnv(TorchEnv):
         ids = self._ids(state)
         next_ids = self._inplace_ids(ids) if inplace else [self._copy(sid) for sid in ids]
         actions = action.detach().cpu().numpy()
-        try:
-            rows = [self._step_one(sid, a) for sid, a in zip(next_ids, actions, strict=True)]
-        except Exception:
-            if not inplace:  # do not leak the copies taken for this step
-                self.release(self._state(next_ids, None))
-            raise
+        rows = []
+        for index, (sid, act) in enumerate(zip(next_ids, actions, strict=True)):
+            try:
+                rows.append(self._step_one(sid, act))
+            except Exception as err:
+                if not inplace:  # do not leak the copies taken for this step
+                    self.release(self._state(next_ids, None))
+                raise self._env_error(index, len(next_ids), "step", err) from err
         obs, final_obs, reward, terminated, truncated = (np.stack(col) for col in zip(*rows, strict=True))
         device = state.device
         done = torch.as_tensor(terminated | truncated, device=device)
