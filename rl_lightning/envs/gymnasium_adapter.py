@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import importlib
 from typing import Any
 
 import gymnasium
@@ -30,15 +31,32 @@ SNAPSHOT = "snapshot"
 
 
 def _check_env_id(env_id: str) -> None:
-    """Raise a one-line ``ValueError`` with close matches if ``env_id`` is not a registered Gymnasium id."""
+    """Raise a one-line ``ConfigError`` unless ``env_id`` names a registered Gymnasium id.
+
+    ``"package.module:EnvId"`` follows ``gymnasium.make``: the module is imported first (it registers the id).
+    A module that does not import, and an id that is still not registered, are named with the fix; close
+    matches from the registry are listed.
+    """
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except Exception as err:  # any failure while importing the user's module is a config error
+            detail = " ".join(f"{type(err).__name__}: {err}".split())
+            raise ConfigError(
+                f"env_id={env_id!r}: module {module!r} does not import ({detail}); install it or fix the "
+                f"module path before ':'"
+            ) from None
     try:
-        gymnasium.spec(env_id)
+        gymnasium.spec(name)
     except gymnasium.error.Error as err:
-        matches = difflib.get_close_matches(env_id, list(gymnasium.envs.registry), n=3, cutoff=0.5)
+        matches = difflib.get_close_matches(name, list(gymnasium.envs.registry), n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(repr(m) for m in matches)}? " if matches else ""
+        where = f"module {module!r} did not register it" if module else "not in gymnasium.envs.registry"
+        detail = " ".join(str(err).split())
         raise ConfigError(
-            f"GymnasiumEnv: unknown env id {env_id!r} ({err}); {hint}use an id from gymnasium.envs.registry, "
-            f"importing the package that registers it first (or pass 'module:EnvId')"
+            f"env_id={env_id!r}: unknown env id {name!r}, {where} ({detail}); {hint}name a registered id, or "
+            f"'package.module:EnvId' to import the module that registers it"
         ) from None
 
 

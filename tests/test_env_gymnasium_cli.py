@@ -1,0 +1,74 @@
+"""Gymnasium envs named in a YAML config, run through the ``rl-lightning`` CLI in a subprocess as a user runs it.
+
+Custom env ids (``package.module:EnvId``) and their one-line errors.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Two tiny PPO updates on 4 envs (the bundled ppo.yaml runs 50k steps).
+TINY_PPO = {
+    "data": {"init_args": {"num_envs": 4, "num_steps": 8, "total_env_steps": 64}},
+    "model": {"init_args": {"update_epochs": 1, "num_minibatches": 2, "hidden_sizes": [8]}},
+    "trainer": {"enable_progress_bar": False},
+}
+
+
+def run_cli(tmp_path: Path, env: dict, *extra: str) -> subprocess.CompletedProcess:
+    """``rl-lightning fit --config ppo.yaml --config <tmp yaml>`` with ``data.init_args.env = env``, in ``tmp_path``."""
+    config = {**TINY_PPO, "data": {"init_args": {**TINY_PPO["data"]["init_args"], "env": env}}}
+    path = tmp_path / "env.yaml"
+    path.write_text(yaml.safe_dump(config))
+    args = ["fit", "--config", "ppo.yaml", "--config", str(path), "--trainer.logger.init_args.save_dir", "runs"]
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(
+        [sys.executable, "-m", "rl_lightning.cli", *args, *extra],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess, *fragments: str) -> str:
+    """Exit code != 0, no traceback, and one ``rl-lightning: error:`` line holding every fragment."""
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("rl-lightning: error:")]
+    assert len(lines) == 1, done.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def gym_env(env_id: str, **init_args: object) -> dict:
+    return {"class_path": "rl_lightning.envs.GymnasiumEnv", "init_args": {"env_id": env_id, **init_args}}
+
+
+def test_module_colon_id_trains_from_yaml(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, gym_env("tests.my_envs:MyEnv-v0"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = yaml.safe_load(next((tmp_path / "runs").rglob("config.yaml")).read_text())
+    assert saved["data"]["init_args"]["env"]["init_args"]["env_id"] == "tests.my_envs:MyEnv-v0"
+    assert list((tmp_path / "runs").rglob("last.ckpt"))
+
+
+def test_module_that_does_not_import_is_one_line(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, gym_env("tests.no_such_module:MyEnv-v0"))
+    assert_one_line_error(done, "tests.no_such_module", "does not import")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_unregistered_id_lists_close_matches(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, gym_env("tests.my_envs:MyEnv-v1"))
+    assert_one_line_error(done, "'MyEnv-v1'", "did you mean 'MyEnv-v0'")
+    assert not (tmp_path / "runs").exists()
