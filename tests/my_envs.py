@@ -44,4 +44,36 @@ class Corridor(gymnasium.Env):
         return self._obs(), 1.0 if terminated else -self.step_cost, terminated, False, {}
 
 
+class GoalCorridor(Corridor):
+    """``Corridor`` with a ``Dict`` observation: ``position``, ``goal`` and a ``noise`` key to filter out."""
+
+    def __init__(self, length: int = 6, step_cost: float = 0.01) -> None:
+        super().__init__(length, step_cost)
+        box = spaces.Box(0.0, 1.0, (1,), np.float32)
+        self.observation_space = spaces.Dict({"position": box, "goal": box, "noise": box})
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        position = np.array([self._pos / self.length], dtype=np.float32)
+        noise = self.np_random.random(1).astype(np.float32)
+        return {"position": position, "goal": np.ones(1, dtype=np.float32), "noise": noise}
+
+
+class ScaleObservation(gymnasium.ObservationWrapper):
+    """A user's own wrapper: multiplies Box observations by ``scale``."""
+
+    def __init__(self, env: gymnasium.Env, scale: float) -> None:
+        super().__init__(env)
+        self.scale = scale
+        box = env.observation_space
+        self.observation_space = spaces.Box(box.low * scale, box.high * scale, box.shape, box.dtype)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return (observation * self.scale).astype(self.observation_space.dtype)
+
+
+def register_plugin_envs() -> None:
+    """What an installed package's ``gymnasium.envs`` entry point calls: registers ``PluginCorridor-v0``."""
+    gymnasium.register("PluginCorridor-v0", entry_point="tests.my_envs:Corridor", max_episode_steps=12)
+
+
 gymnasium.register("MyEnv-v0", entry_point="tests.my_envs:Corridor", max_episode_steps=20)

@@ -22,13 +22,16 @@ TINY_PPO = {
 }
 
 
-def run_cli(tmp_path: Path, env: dict, *extra: str) -> subprocess.CompletedProcess:
-    """``rl-lightning fit --config ppo.yaml --config <tmp yaml>`` with ``data.init_args.env = env``, in ``tmp_path``."""
-    config = {**TINY_PPO, "data": {"init_args": {**TINY_PPO["data"]["init_args"], "env": env}}}
+def run_cli(
+    tmp_path: Path, env: dict, *extra: str, base: str = "ppo.yaml", tiny: dict = TINY_PPO, pythonpath: tuple = ()
+) -> subprocess.CompletedProcess:
+    """``rl-lightning fit --config <base> --config <tmp yaml>`` with ``data.init_args.env = env``, in ``tmp_path``."""
+    config = {**tiny, "data": {"init_args": {**tiny["data"]["init_args"], "env": env}}}
     path = tmp_path / "env.yaml"
     path.write_text(yaml.safe_dump(config))
-    args = ["fit", "--config", "ppo.yaml", "--config", str(path), "--trainer.logger.init_args.save_dir", "runs"]
-    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    args = ["fit", "--config", base, "--config", str(path), "--trainer.logger.init_args.save_dir", "runs"]
+    paths = [*map(str, pythonpath), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     return subprocess.run(
         [sys.executable, "-m", "rl_lightning.cli", *args, *extra],
         cwd=tmp_path,
@@ -50,8 +53,9 @@ def assert_one_line_error(done: subprocess.CompletedProcess, *fragments: str) ->
     return lines[0]
 
 
-def gym_env(env_id: str, **init_args: object) -> dict:
-    return {"class_path": "rl_lightning.envs.GymnasiumEnv", "init_args": {"env_id": env_id, **init_args}}
+def gym_env(env_id: str | None, backend: str = "GymnasiumEnv", **init_args: object) -> dict:
+    args = {"env_id": env_id, **init_args} if env_id is not None else init_args
+    return {"class_path": f"rl_lightning.envs.{backend}", "init_args": args}
 
 
 def test_module_colon_id_trains_from_yaml(tmp_path: Path) -> None:
@@ -72,3 +76,11 @@ def test_unregistered_id_lists_close_matches(tmp_path: Path) -> None:
     done = run_cli(tmp_path, gym_env("tests.my_envs:MyEnv-v1"))
     assert_one_line_error(done, "'MyEnv-v1'", "did you mean 'MyEnv-v0'")
     assert not (tmp_path / "runs").exists()
+
+
+def test_spo_refuses_a_backend_without_snapshots(tmp_path: Path) -> None:
+    tiny = {"data": {"init_args": {"num_envs": 2}}, "trainer": {"enable_progress_bar": False}}
+    env = gym_env("CartPole-v1", "GymnasiumVectorEnv", mode="sync")
+    done = run_cli(tmp_path, env, base="spo.yaml", tiny=tiny)
+    assert_one_line_error(done, "GymnasiumVectorEnv", "SPO", "rl_lightning.envs.GymnasiumEnv (in-process)")
+    assert not list(tmp_path.rglob("*.ckpt"))
