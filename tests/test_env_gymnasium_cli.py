@@ -84,3 +84,44 @@ def test_spo_refuses_a_backend_without_snapshots(tmp_path: Path) -> None:
     done = run_cli(tmp_path, env, base="spo.yaml", tiny=tiny)
     assert_one_line_error(done, "GymnasiumVectorEnv", "SPO", "rl_lightning.envs.GymnasiumEnv (in-process)")
     assert not list(tmp_path.rglob("*.ckpt"))
+
+
+def logged(tmp_path: Path, tag: str) -> list[float]:
+    """Values of ``tag`` as TensorBoard's own loader reads them from the run's event files."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (events,) = (tmp_path / "runs").rglob("events.out.tfevents.*")
+    accumulator = EventAccumulator(str(events.parent))
+    accumulator.Reload()
+    return [event.value for event in accumulator.Scalars(tag)]
+
+
+def test_env_class_with_wrappers_on_the_async_backend_from_yaml(tmp_path: Path) -> None:
+    env = gym_env(
+        None,
+        "GymnasiumVectorEnv",
+        mode="async",
+        env_class={"class_path": "tests.my_envs.GoalCorridor", "init_args": {"length": 30, "step_cost": 0.5}},
+        wrappers=[
+            {"class_path": "gymnasium.wrappers.FilterObservation", "init_args": {"filter_keys": ["position"]}},
+            {"class_path": "gymnasium.wrappers.FlattenObservation"},
+            {"class_path": "tests.my_envs.ScaleObservation", "init_args": {"scale": 2.0}},
+            {"class_path": "gymnasium.wrappers.TimeLimit", "init_args": {"max_episode_steps": 3}},
+        ],
+    )
+    done = run_cli(tmp_path, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lengths, returns = logged(tmp_path, "rollout/episode_length"), logged(tmp_path, "rollout/episode_return")
+    assert lengths == [3.0, 3.0]  # a 30-cell corridor is never walked in 3 steps: every episode is truncated
+    assert returns == [-1.5, -1.5]
+
+
+def test_entry_point_of_an_installed_package_names_an_env(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    dist = site / "corridor_plugin-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: corridor-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[gymnasium.envs]\ncorridor = tests.my_envs:register_plugin_envs\n")
+    done = run_cli(tmp_path, gym_env("PluginCorridor-v0"), pythonpath=(site,))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert max(logged(tmp_path, "rollout/episode_length")) <= 12  # the plugin registered max_episode_steps=12

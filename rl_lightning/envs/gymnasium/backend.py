@@ -19,7 +19,7 @@ from rl_lightning import keys
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.envs.gymnasium.factory import EnvFactory
 from rl_lightning.envs.gymnasium.spaces import env_spec, gym_actions, obs_tensor
-from rl_lightning.envs.gymnasium.wrappers import ClassSpec, time_limit
+from rl_lightning.envs.gymnasium.wrappers import ClassConfig, time_limit
 from rl_lightning.errors import ConfigError
 
 #: The key of a vector backend's ``state``: each row's index into the live batch.
@@ -68,8 +68,8 @@ class GymnasiumBackend(TorchEnv):
         self,
         env_id: str | None = None,
         env_kwargs: dict[str, Any] | None = None,
-        env_class: ClassSpec | None = None,
-        wrappers: list[ClassSpec] | None = None,
+        env_class: ClassConfig | None = None,
+        wrappers: list[ClassConfig] | None = None,
     ) -> None:
         self.factory = EnvFactory(env_id, env_kwargs, env_class, wrappers)
         probe = self.factory()

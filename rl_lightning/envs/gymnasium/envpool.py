@@ -23,7 +23,7 @@ import numpy as np
 
 from rl_lightning.envs.gymnasium.backend import VectorBackend
 from rl_lightning.envs.gymnasium.spaces import env_spec
-from rl_lightning.envs.gymnasium.wrappers import ClassSpec, apply_wrappers, check_wrappers
+from rl_lightning.envs.gymnasium.wrappers import ClassConfig, apply_wrappers, check_wrappers, class_spec
 from rl_lightning.errors import ConfigError
 
 
@@ -59,7 +59,7 @@ class EnvPoolEnv(VectorBackend):
         self,
         env_id: str,
         env_kwargs: dict[str, Any] | None = None,
-        wrappers: list[ClassSpec] | None = None,
+        wrappers: list[ClassConfig] | None = None,
         num_threads: int = 0,
     ) -> None:  # deliberately not GymnasiumBackend.__init__: the id is EnvPool's, not Gymnasium's
         envpool = _import_envpool()
@@ -68,7 +68,7 @@ class EnvPoolEnv(VectorBackend):
             hint = f"did you mean {', '.join(repr(m) for m in matches)}? " if matches else ""
             raise ConfigError(f"env_id={env_id!r} is not an EnvPool task; {hint}see envpool.list_all_envs()")
         self.env_kwargs = dict(env_kwargs or {})
-        self.wrappers = list(wrappers or [])
+        self.wrappers = [class_spec(w, f"wrappers[{i}]") for i, w in enumerate(wrappers or [])]
         self.num_threads = num_threads
         self._id = env_id
         try:

@@ -12,7 +12,15 @@ from typing import Any
 import gymnasium
 
 from rl_lightning.envs.gymnasium.env_id import resolve_env_id
-from rl_lightning.envs.gymnasium.wrappers import ClassSpec, apply_wrappers, check_wrappers, construct, import_class
+from rl_lightning.envs.gymnasium.wrappers import (
+    ClassConfig,
+    ClassSpec,
+    apply_wrappers,
+    check_wrappers,
+    class_spec,
+    construct,
+    import_class,
+)
 from rl_lightning.errors import ConfigError
 
 
@@ -32,8 +40,8 @@ class EnvFactory:
         self,
         env_id: str | None = None,
         env_kwargs: dict[str, Any] | None = None,
-        env_class: ClassSpec | None = None,
-        wrappers: list[ClassSpec] | None = None,
+        env_class: ClassSpec | ClassConfig | None = None,
+        wrappers: list[ClassSpec | ClassConfig] | None = None,
     ) -> None:
         if (env_id is None) == (env_class is None):
             raise ConfigError(
@@ -45,12 +53,14 @@ class EnvFactory:
             )
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs or {})
-        self.env_class = env_class
-        self.wrappers = list(wrappers or [])
+        self.env_class = None if env_class is None else class_spec(env_class, "env_class")
+        self.wrappers = [class_spec(w, f"wrappers[{i}]") for i, w in enumerate(wrappers or [])]
         if env_id is not None:
             resolve_env_id(env_id)
-        else:
-            import_class(env_class, gymnasium.Env, "env_class")
+        elif issubclass(import_class(self.env_class, gymnasium.Env, "env_class"), gymnasium.Wrapper):
+            raise ConfigError(
+                f"env_class.class_path={self.env_class.class_path!r} is a wrapper; list it under wrappers"
+            )
         check_wrappers(self.wrappers)
 
     @property

@@ -23,7 +23,7 @@ from tensordict import TensorDict
 from rl_lightning import keys
 from rl_lightning.envs.gymnasium.backend import GymnasiumBackend, draw_seeds, step_output
 from rl_lightning.envs.gymnasium.spaces import gym_actions, obs_tensor
-from rl_lightning.envs.gymnasium.wrappers import ClassSpec
+from rl_lightning.envs.gymnasium.wrappers import ClassConfig
 
 SNAPSHOT = "snapshot"
 
@@ -50,8 +50,8 @@ class GymnasiumEnv(GymnasiumBackend):
         self,
         env_id: str | None = None,
         env_kwargs: dict[str, Any] | None = None,
-        env_class: ClassSpec | None = None,
-        wrappers: list[ClassSpec] | None = None,
+        env_class: ClassConfig | None = None,
+        wrappers: list[ClassConfig] | None = None,
     ) -> None:
         super().__init__(env_id, env_kwargs, env_class, wrappers)
         self.env_kwargs = self.factory.env_kwargs

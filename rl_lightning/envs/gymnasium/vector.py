@@ -16,7 +16,7 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 
 from rl_lightning.envs.gymnasium.backend import VectorBackend
-from rl_lightning.envs.gymnasium.wrappers import ClassSpec
+from rl_lightning.envs.gymnasium.wrappers import ClassConfig
 from rl_lightning.errors import ConfigError
 
 MODES = ("sync", "async")
@@ -41,8 +41,8 @@ class GymnasiumVectorEnv(VectorBackend):
         self,
         env_id: str | None = None,
         env_kwargs: dict[str, Any] | None = None,
-        env_class: ClassSpec | None = None,
-        wrappers: list[ClassSpec] | None = None,
+        env_class: ClassConfig | None = None,
+        wrappers: list[ClassConfig] | None = None,
         mode: str = "sync",
         shared_memory: bool = True,
         context: str | None = None,

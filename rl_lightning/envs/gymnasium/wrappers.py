@@ -35,6 +35,21 @@ class ClassSpec:
     init_args: dict[str, Any] = field(default_factory=dict)
 
 
+#: How a config names a class: ``{"class_path": ..., "init_args": {...}}`` (a ``ClassSpec`` also works from Python).
+ClassConfig = dict[str, Any]
+
+
+def class_spec(value: ClassSpec | ClassConfig, field_name: str) -> ClassSpec:
+    """A ``ClassSpec`` from a config mapping ``{class_path, init_args}``; other shapes are one-line errors."""
+    if isinstance(value, ClassSpec):
+        return value
+    if not isinstance(value, dict) or "class_path" not in value or set(value) - {"class_path", "init_args"}:
+        raise ConfigError(
+            f"{field_name}={value!r}: write {{class_path: package.module.Class, init_args: {{...}}}}"
+        )
+    return ClassSpec(str(value["class_path"]), dict(value.get("init_args") or {}))
+
+
 def import_class(spec: ClassSpec, base: type, field_name: str) -> type:
     """The class ``spec.class_path`` names, checked to subclass ``base``; one-line ``ConfigError`` otherwise."""
     path = spec.class_path
