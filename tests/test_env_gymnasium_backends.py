@@ -168,3 +168,15 @@ def test_envpool_dynamics_match_gymnasium_from_the_same_state() -> None:
             obs, _, terminated, _, _ = reference.step(int(actions[t][row]))
             np.testing.assert_allclose(out[keys.FINAL_OBS][row].numpy(), obs, atol=1e-5)
             assert bool(out[keys.TERMINATED][row]) == terminated
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_mujoco_halfcheetah_is_identical_through_the_vector_backends(mode: str) -> None:
+    """MuJoCo (the ``[mujoco]`` extra) steps deterministically: the vector backends match in-process exactly."""
+    pytest.importorskip("mujoco")
+    case = {"env_id": "HalfCheetah-v5", "env_kwargs": {"max_episode_steps": 6}}
+    outs, reference = rollout(GymnasiumVectorEnv(**case, mode=mode), 8), rollout(GymnasiumEnv(**case), 8)
+    assert outs[0][keys.OBS].shape == (NUM_ENVS, 17)
+    assert outs[6][keys.TRUNCATED].all()
+    for out, ref in zip(outs, reference, strict=True):
+        assert (out == ref).all()
