@@ -78,6 +78,9 @@ class TorchEnv(ABC):
     spec: EnvSpec
     #: True when ``state`` is plain tensors (no external resources), so it can be saved in a checkpoint.
     state_is_tensors: bool = True
+    #: True when ``step_state(..., inplace=False)`` leaves the input state valid, i.e. a state can be snapshotted
+    #: and stepped again (SPO's search and the sequence collector need it). Batch-stepping backends say False.
+    can_snapshot: bool = True
 
     @abstractmethod
     def reset_state(self, num: int, generator: torch.Generator) -> TensorDict: ...

@@ -16,6 +16,7 @@ from rl_lightning.algos.base import Policy, RLModule
 from rl_lightning.algos.spo.prior import ActorCriticPrior, gaussian_head
 from rl_lightning.algos.spo.search import SearchConfig, smc_search
 from rl_lightning.envs.base import BatchedEnv, EnvSpec
+from rl_lightning.envs.gymnasium.backend import SNAPSHOT_BACKENDS
 from rl_lightning.errors import ConfigError, check_fields
 from rl_lightning.networks import distributions as D
 from rl_lightning.networks.mlp import flat_size, mlp
@@ -205,6 +206,15 @@ class SPO(RLModule):
         if self.env_spec.discrete:
             return [*duals, self.log_alpha]
         return [*duals, self.log_alpha_mean, self.log_alpha_std]
+
+    def check_config(self, datamodule: Any) -> None:
+        """SPO searches on snapshots of the env state: refuse, at start-up, a backend that cannot take them."""
+        env = datamodule.env
+        if not env.can_snapshot:
+            raise ConfigError(
+                f"data.env={type(env).__name__}: SPO searches on env snapshots and this backend has none; use a "
+                f"backend that can snapshot: {SNAPSHOT_BACKENDS}"
+            )
 
     def configure_callbacks(self) -> list[Any]:
         from rl_lightning.callbacks.soft_target_update import SoftTargetUpdate

@@ -1,4 +1,4 @@
-"""Any ``gymnasium.make`` id behind the functional ``TorchEnv`` contract, via a registry of env copies.
+"""The in-process Gymnasium backend: the only one that can snapshot, via a registry of env copies.
 
 The ``state`` of this env is a TensorDict with one key, ``snapshot``: int64 ids into a registry of live
 Gymnasium env instances owned by the adapter. Stepping with ``inplace=False`` deep-copies each env (its
@@ -13,64 +13,24 @@ with ``release``; ``live_count`` makes leaks observable and ``close`` frees ever
 from __future__ import annotations
 
 import copy
-import difflib
 from typing import Any
 
 import gymnasium
 import numpy as np
 import torch
-from gymnasium import spaces
 from tensordict import TensorDict
 
 from rl_lightning import keys
-from rl_lightning.envs.base import EnvSpec, TorchEnv
-from rl_lightning.errors import ConfigError, EnvError
+from rl_lightning.envs.gymnasium.backend import GymnasiumBackend, draw_seeds, step_output
+from rl_lightning.envs.gymnasium.spaces import gym_actions, obs_tensor
+from rl_lightning.envs.gymnasium.wrappers import ClassConfig
+from rl_lightning.errors import EnvError
 
 SNAPSHOT = "snapshot"
 
 
-def _check_env_id(env_id: str) -> None:
-    """Raise a one-line ``ValueError`` with close matches if ``env_id`` is not a registered Gymnasium id."""
-    try:
-        gymnasium.spec(env_id)
-    except gymnasium.error.Error as err:
-        matches = difflib.get_close_matches(env_id, list(gymnasium.envs.registry), n=3, cutoff=0.5)
-        hint = f"did you mean {', '.join(repr(m) for m in matches)}? " if matches else ""
-        raise ConfigError(
-            f"GymnasiumEnv: unknown env id {env_id!r} ({err}); {hint}use an id from gymnasium.envs.registry, "
-            f"importing the package that registers it first (or pass 'module:EnvId')"
-        ) from None
-
-
-def _spec_from(env_id: str, env: gymnasium.Env) -> EnvSpec:
-    """Build an ``EnvSpec`` from the spaces, or raise a ``ValueError`` that lists what is supported."""
-    obs_space, act_space = env.observation_space, env.action_space
-    if not isinstance(obs_space, spaces.Box):
-        raise ConfigError(
-            f"GymnasiumEnv({env_id!r}): observation space {obs_space} is not supported; "
-            "supported: Box observations (cast to float32)"
-        )
-    limit = env.spec.max_episode_steps if env.spec is not None else None
-    common = {"name": env_id, "obs_shape": tuple(obs_space.shape), "max_episode_steps": int(limit or 0)}
-    if isinstance(act_space, spaces.Discrete):
-        return EnvSpec(discrete=True, num_actions=int(act_space.n), **common)
-    if isinstance(act_space, spaces.Box):
-        return EnvSpec(
-            discrete=False,
-            action_shape=tuple(act_space.shape),
-            action_low=tuple(float(v) for v in act_space.low.reshape(-1)),
-            action_high=tuple(float(v) for v in act_space.high.reshape(-1)),
-            **common,
-        )
-    raise ConfigError(
-        f"GymnasiumEnv({env_id!r}): action space {act_space} is not supported; supported: Discrete(n) and Box"
-    )
-
-
-class GymnasiumEnv(TorchEnv):
-    state_is_tensors = False  # the state is snapshot ids into a registry of Python env objects
-
-    """Wrap a Gymnasium env id as a batched functional env with same-step auto-reset.
+class GymnasiumEnv(GymnasiumBackend):
+    """A Gymnasium env stepped one copy at a time in this process, with snapshots (SPO's search needs them).
 
     ``terminated`` and ``truncated`` come straight from Gymnasium (``gymnasium.make`` adds the ``TimeLimit``
     wrapper that truncates). Finished envs are reset from their own ``np_random``, so a snapshot fully
@@ -78,20 +38,24 @@ class GymnasiumEnv(TorchEnv):
     clipped to the Box bounds before stepping. Outputs are torch tensors on the state's device.
 
     Args:
-        env_id: a ``gymnasium.make`` id, e.g. ``"CartPole-v1"``.
-        env_kwargs: extra keyword arguments for ``gymnasium.make``.
+        env_id: a ``gymnasium.make`` id (``"CartPole-v1"``), ``"package.module:EnvId"`` (imports the module
+            that registers it), or an id registered by an installed package's ``gymnasium.envs`` entry point.
+        env_kwargs: extra keyword arguments for ``gymnasium.make`` (e.g. ``max_episode_steps``).
+        env_class: instead of ``env_id``: a ``gymnasium.Env`` subclass and its ``init_args``.
+        wrappers: wrapper classes with their ``init_args``, applied to each env in order (first = innermost).
     """
 
-    def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
-        _check_env_id(env_id)
-        self.env_id = env_id
-        self.env_kwargs = dict(env_kwargs or {})
-        probe = self._make()
-        try:
-            self.spec = _spec_from(env_id, probe)
-            self._action_space = probe.action_space
-        finally:
-            probe.close()
+    state_is_tensors = False  # the state is snapshot ids into a registry of Python env objects
+
+    def __init__(
+        self,
+        env_id: str | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        env_class: ClassConfig | None = None,
+        wrappers: list[ClassConfig] | None = None,
+    ) -> None:
+        super().__init__(env_id, env_kwargs, env_class, wrappers)
+        self.env_kwargs = self.factory.env_kwargs
         self._envs: dict[int, gymnasium.Env] = {}
         self._obs: dict[int, np.ndarray] = {}
         self._next_id = 0
@@ -100,9 +64,6 @@ class GymnasiumEnv(TorchEnv):
     def live_count(self) -> int:
         """Number of env instances currently held in the registry (0 after ``close``)."""
         return len(self._envs)
-
-    def _make(self) -> gymnasium.Env:
-        return gymnasium.make(self.env_id, **self.env_kwargs)
 
     def _register(self, env: gymnasium.Env, obs: np.ndarray) -> int:
         sid = self._next_id
@@ -127,18 +88,11 @@ class GymnasiumEnv(TorchEnv):
         snap = torch.tensor(ids, dtype=torch.int64, device=device)
         return TensorDict({SNAPSHOT: snap}, batch_size=[len(ids)], device=device)
 
-    def _to_gym_action(self, action: np.ndarray) -> Any:
-        space = self._action_space
-        if isinstance(space, spaces.Discrete):
-            return int(action) + int(space.start)
-        return np.clip(action.reshape(space.shape), space.low, space.high).astype(space.dtype)
-
     def reset_state(self, num: int, generator: torch.Generator) -> TensorDict:
         """Make ``num`` new env instances, each seeded from ``generator``, and register them."""
-        seeds = torch.randint(0, 2**31 - 1, (num,), generator=generator, device=generator.device).tolist()
         ids: list[int] = []
-        for index, seed in enumerate(seeds):
-            env = self._make()
+        for index, seed in enumerate(draw_seeds(num, generator)):
+            env = self.factory()
             try:
                 obs, _ = env.reset(seed=int(seed))
             except Exception as err:
@@ -149,15 +103,13 @@ class GymnasiumEnv(TorchEnv):
         return self._state(ids, generator.device)
 
     def _env_error(self, index: int, num: int, call: str, err: Exception) -> EnvError:
-        """The one-line error for a Gymnasium env that raised: its id, its index in the batch, what it raised."""
-        return EnvError(self.env_id, index, num, f"raised {type(err).__name__} in {call}(): {err}")
+        """The one-line error for a Gymnasium env that raised: its name, its index in the batch, what it raised."""
+        return EnvError(self.factory.name, index, num, f"raised {type(err).__name__} in {call}(): {err}")
 
     def observe(self, state: TensorDict) -> TensorDict:
         """Return the current float32 observation of each snapshot."""
         obs = np.stack([self._current_obs(sid) for sid in self._ids(state)])
-        return TensorDict(
-            {keys.OBS: torch.as_tensor(obs, dtype=torch.float32).to(state.device)}, batch_size=state.batch_size
-        )
+        return TensorDict({keys.OBS: obs_tensor(obs, state.device)}, batch_size=state.batch_size)
 
     @staticmethod
     def _ids(state: TensorDict) -> list[int]:
@@ -176,7 +128,7 @@ class GymnasiumEnv(TorchEnv):
         """Step every snapshot once; see ``TorchEnv.step_state`` and the class docstring for the semantics."""
         ids = self._ids(state)
         next_ids = self._inplace_ids(ids) if inplace else [self._copy(sid) for sid in ids]
-        actions = action.detach().cpu().numpy()
+        actions = gym_actions(action, self._action_space)
         rows = []
         for index, (sid, act) in enumerate(zip(next_ids, actions, strict=True)):
             try:
@@ -185,23 +137,10 @@ class GymnasiumEnv(TorchEnv):
                 if not inplace:  # do not leak the copies taken for this step
                     self.release(self._state(next_ids, None))
                 raise self._env_error(index, len(next_ids), "step", err) from err
-        obs, final_obs, reward, terminated, truncated = (np.stack(col) for col in zip(*rows, strict=True))
-        device = state.device
-        done = torch.as_tensor(terminated | truncated, device=device)
-        out = TensorDict(
-            {
-                keys.OBS: torch.as_tensor(obs, dtype=torch.float32).to(device),
-                keys.FINAL_OBS: torch.as_tensor(final_obs, dtype=torch.float32).to(device),
-                keys.REWARD: torch.as_tensor(reward, dtype=torch.float32).to(device),
-                keys.TERMINATED: torch.as_tensor(terminated, device=device),
-                keys.TRUNCATED: torch.as_tensor(truncated, device=device),
-                keys.IS_FIRST: done,
-            },
-            batch_size=state.batch_size,
-        )
+        out = step_output(tuple(np.stack(col) for col in zip(*rows, strict=True)), state.batch_size, state.device)
         if inplace and next_ids == ids:
             return state, out
-        return self._state(next_ids, device), out
+        return self._state(next_ids, state.device), out
 
     def _inplace_ids(self, ids: list[int]) -> list[int]:
         """Keep each id once; a row repeating an earlier row's id (an expanded state) gets its own copy."""
@@ -214,7 +153,7 @@ class GymnasiumEnv(TorchEnv):
 
     def _step_one(self, sid: int, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, bool, bool]:
         env = self._env(sid)
-        final_obs, reward, terminated, truncated, _ = env.step(self._to_gym_action(action))
+        final_obs, reward, terminated, truncated, _ = env.step(action)
         obs = env.reset()[0] if terminated or truncated else final_obs
         self._obs[sid] = obs
         return obs, final_obs, float(reward), bool(terminated), bool(truncated)

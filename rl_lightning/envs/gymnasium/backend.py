@@ -1,0 +1,152 @@
+"""What every Gymnasium backend shares: the config (id or class, wrappers), the spec, and the step output.
+
+``GymnasiumBackend`` builds the ``EnvFactory`` and reads the spec from one probe env. ``VectorBackend`` is the
+base of the backends that step a whole batch at once and cannot snapshot (Gymnasium Sync/Async vector envs,
+EnvPool): their ``state`` only indexes the live batch, so ``step_state`` works in place only, and a copy
+(``copy.deepcopy``, pickling) is an unstarted backend with the same config.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from rl_lightning import keys
+from rl_lightning.envs.base import TorchEnv
+from rl_lightning.envs.gymnasium.factory import EnvFactory
+from rl_lightning.envs.gymnasium.spaces import env_spec, gym_actions, obs_tensor
+from rl_lightning.envs.gymnasium.wrappers import ClassConfig, time_limit
+from rl_lightning.errors import ConfigError, EnvError
+
+#: The key of a vector backend's ``state``: each row's index into the live batch.
+ENV_INDEX = "env_index"
+#: Where SPO-style search can run: the backends whose ``can_snapshot`` is True.
+SNAPSHOT_BACKENDS = "rl_lightning.envs.GymnasiumEnv (in-process) or a torch-native env (CartPole, Pendulum, ...)"
+
+
+def draw_seeds(num: int, generator: torch.Generator) -> list[int]:
+    """One env seed per row from the run's generator; every backend draws them identically."""
+    return torch.randint(0, 2**31 - 1, (num,), generator=generator, device=generator.device).tolist()
+
+
+def step_output(
+    rows: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], batch: torch.Size, device: Any
+) -> TensorDict:
+    """The contract's step TensorDict from ``(obs, final_obs, reward, terminated, truncated)`` numpy batches."""
+    obs, final_obs, reward, terminated, truncated = rows
+    terminated = torch.as_tensor(np.asarray(terminated, dtype=bool), device=device)
+    truncated = torch.as_tensor(np.asarray(truncated, dtype=bool), device=device)
+    return TensorDict(
+        {
+            keys.OBS: obs_tensor(obs, device),
+            keys.FINAL_OBS: obs_tensor(final_obs, device),
+            keys.REWARD: torch.as_tensor(np.asarray(reward), dtype=torch.float32).to(device),
+            keys.TERMINATED: terminated,
+            keys.TRUNCATED: truncated,
+            keys.IS_FIRST: terminated | truncated,
+        },
+        batch_size=batch,
+    )
+
+
+class GymnasiumBackend(TorchEnv):
+    """A Gymnasium env (by id or class, with wrappers) behind the ``TorchEnv`` contract; see the subclasses.
+
+    Args:
+        env_id: a ``gymnasium.make`` id (``"CartPole-v1"``), ``"package.module:EnvId"`` (imports the module
+            that registers it), or an id registered by an installed package's ``gymnasium.envs`` entry point.
+        env_kwargs: extra keyword arguments for ``gymnasium.make`` (e.g. ``max_episode_steps``).
+        env_class: instead of ``env_id``: a ``gymnasium.Env`` subclass and its ``init_args``.
+        wrappers: wrapper classes with their ``init_args``, applied to each env in order (first = innermost).
+    """
+
+    def __init__(
+        self,
+        env_id: str | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        env_class: ClassConfig | None = None,
+        wrappers: list[ClassConfig] | None = None,
+    ) -> None:
+        self.factory = EnvFactory(env_id, env_kwargs, env_class, wrappers)
+        probe = self.factory()
+        try:
+            self.spec = env_spec(self.factory.name, probe.observation_space, probe.action_space, time_limit(probe))
+            self._action_space = probe.action_space
+        finally:
+            probe.close()
+
+    @property
+    def env_id(self) -> str:
+        return self.factory.name
+
+
+class VectorBackend(GymnasiumBackend):
+    """Base of the batch-stepping backends: no snapshots, state = row indices into the live batch."""
+
+    can_snapshot = False
+    state_is_tensors = False  # the envs live outside the state; a checkpoint restarts their episodes
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._num: int | None = None
+        self._obs: np.ndarray | None = None
+
+    @abstractmethod
+    def _reset_all(self, seeds: list[int]) -> np.ndarray:
+        """(Re)start ``len(seeds)`` envs, env ``i`` seeded with ``seeds[i]``; returns their first observations."""
+
+    @abstractmethod
+    def _step_all(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Step the batch with same-step autoreset: ``(obs, final_obs, reward, terminated, truncated)``."""
+
+    def reset_state(self, num: int, generator: torch.Generator) -> TensorDict:
+        """Start ``num`` envs seeded from ``generator`` (the same seeds as the in-process backend draws)."""
+        self._obs = self._reset_all(draw_seeds(num, generator))
+        self._num = num
+        index = torch.arange(num, dtype=torch.int64, device=generator.device)
+        return TensorDict({ENV_INDEX: index}, batch_size=[num], device=generator.device)
+
+    def observe(self, state: TensorDict) -> TensorDict:
+        self._check_live(state)
+        return TensorDict({keys.OBS: obs_tensor(self._obs, state.device)}, batch_size=state.batch_size)
+
+    def step_state(
+        self, state: TensorDict, action: torch.Tensor, generator: torch.Generator, inplace: bool = False
+    ) -> tuple[TensorDict, TensorDict]:
+        """Step the whole batch in place (same-step autoreset); ``inplace=False`` needs snapshots and is refused."""
+        if not inplace:
+            raise ConfigError(
+                f"{type(self).__name__}({self.env_id!r}) cannot snapshot env states, which this algorithm needs "
+                f"(search, or stepping a copy); use a backend that can: {SNAPSHOT_BACKENDS}"
+            )
+        self._check_live(state)
+        try:
+            rows = self._step_all(gym_actions(action, self._action_space))
+        except Exception as err:  # the vector env does not say which sub-env raised: name the batch
+            raise EnvError(self.env_id, None, self._num or 0, f"raised {type(err).__name__} in step(): {err}") from err
+        self._obs = rows[0]
+        return state, step_output(rows, state.batch_size, state.device)
+
+    def _check_live(self, state: TensorDict) -> None:
+        if self._num is None or state.batch_size[0] != self._num:
+            raise RuntimeError(
+                f"{type(self).__name__}({self.env_id!r}): state of batch {tuple(state.batch_size)} does not match the "
+                f"live batch of {self._num} envs; reset_state first (one live batch per backend instance)"
+            )
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Copies and pickles carry the config only: live envs (processes, thread pools) stay with the original."""
+        state = self.__dict__.copy()
+        state.update(self._unstarted())
+        return state
+
+    def _unstarted(self) -> dict[str, Any]:
+        return {"_num": None, "_obs": None}
+
+    def close(self) -> None:
+        self._num = None
+        self._obs = None

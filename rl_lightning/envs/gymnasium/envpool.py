@@ -1,0 +1,160 @@
+"""EnvPool's C++ thread pool behind the env contract (optional: ``pip install rl_lightning[envpool]``).
+
+EnvPool autoresets on the *next* step (that step ignores the action; envs.md §2). To present same-step
+autoreset, the done step's observation is kept as ``final_obs`` and the finished envs are reset at once with
+EnvPool's partial reset (``reset(env_ids)``), whose observations replace theirs in ``obs``: one extra call
+whenever some env finishes, and no step is wasted. Seeds are fixed when a pool is made, so ``reset_state``
+makes a new pool with env ``i`` seeded by the ``i``-th seed drawn from the run's generator. EnvPool's
+simulators use their own random streams, so its episodes are not Gymnasium's for the same seeds.
+
+Its envs live in C++, so Python wrappers cannot wrap them: observation and action wrappers
+(``gymnasium.ObservationWrapper`` / ``ActionWrapper`` subclasses such as ``ClipAction``, ``RescaleAction``,
+``FilterObservation`` or a user's own) are applied per row to what goes in and out of the pool; any other
+wrapper is refused (``TimeLimit``: use EnvPool's own ``max_episode_steps`` in ``env_kwargs``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+from rl_lightning.envs.gymnasium.backend import VectorBackend
+from rl_lightning.envs.gymnasium.spaces import env_spec
+from rl_lightning.envs.gymnasium.wrappers import ClassConfig, apply_wrappers, check_wrappers, class_spec
+from rl_lightning.errors import ConfigError
+
+
+def _import_envpool() -> Any:
+    try:
+        import envpool
+    except ImportError as err:
+        raise ConfigError(
+            f"EnvPoolEnv needs the envpool package ({err}); install the extra: pip install 'rl_lightning[envpool]'"
+        ) from None
+    return envpool
+
+
+class _SpacesOnly(gymnasium.Env):
+    """An env that only has spaces: the innermost env of the wrapper chain mirrored around an EnvPool."""
+
+    def __init__(self, observation_space: gymnasium.Space, action_space: gymnasium.Space) -> None:
+        self.observation_space = observation_space
+        self.action_space = action_space
+
+
+class EnvPoolEnv(VectorBackend):
+    """An EnvPool task stepped by its C++ thread pool; no snapshots (``can_snapshot`` is False).
+
+    Args:
+        env_id: an EnvPool task id (``envpool.list_all_envs()``), e.g. ``"HalfCheetah-v5"``, ``"CartPole-v1"``.
+        env_kwargs: EnvPool options for ``envpool.make`` (e.g. ``max_episode_steps``, ``frame_skip``).
+        wrappers: observation/action wrapper classes with their ``init_args``, in order (see the module doc).
+        num_threads: EnvPool worker threads (0: EnvPool's default).
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        env_kwargs: dict[str, Any] | None = None,
+        wrappers: list[ClassConfig] | None = None,
+        num_threads: int = 0,
+    ) -> None:  # deliberately not GymnasiumBackend.__init__: the id is EnvPool's, not Gymnasium's
+        envpool = _import_envpool()
+        if env_id not in envpool.list_all_envs():
+            matches = difflib.get_close_matches(env_id, envpool.list_all_envs(), n=3, cutoff=0.5)
+            hint = f"did you mean {', '.join(repr(m) for m in matches)}? " if matches else ""
+            raise ConfigError(f"env_id={env_id!r} is not an EnvPool task; {hint}see envpool.list_all_envs()")
+        self.env_kwargs = dict(env_kwargs or {})
+        self.wrappers = [class_spec(w, f"wrappers[{i}]") for i, w in enumerate(wrappers or [])]
+        self.num_threads = num_threads
+        self._id = env_id
+        try:
+            pool_spec = envpool.make_spec(env_id, **self.env_kwargs)
+        except Exception as err:
+            detail = " ".join(f"{type(err).__name__}: {err}".split())
+            raise ConfigError(f"env_kwargs={self.env_kwargs!r}: not EnvPool options of {env_id!r} ({detail})") from None
+        self._chain = self._mirror_wrappers(pool_spec.observation_space, pool_spec.action_space)
+        outer = self._chain[-1] if self._chain else _SpacesOnly(pool_spec.observation_space, pool_spec.action_space)
+        self.spec = env_spec(env_id, outer.observation_space, outer.action_space, pool_spec.config.max_episode_steps)
+        self._action_space = outer.action_space
+        self._num = None
+        self._obs = None
+        self._pool: Any = None
+
+    @property
+    def env_id(self) -> str:
+        return self._id
+
+    def _mirror_wrappers(self, obs_space: gymnasium.Space, act_space: gymnasium.Space) -> list[gymnasium.Wrapper]:
+        """The configured wrappers around a spaces-only env, innermost first; only obs/action wrappers."""
+        for i, cls in enumerate(check_wrappers(self.wrappers)):
+            if not issubclass(cls, gymnasium.ObservationWrapper | gymnasium.ActionWrapper):
+                fix = (
+                    "use EnvPool's max_episode_steps in env_kwargs"
+                    if issubclass(cls, gymnasium.wrappers.TimeLimit)
+                    else "use GymnasiumVectorEnv or GymnasiumEnv for it"
+                )
+                raise ConfigError(
+                    f"wrappers[{i}].class_path={self.wrappers[i].class_path!r}: EnvPool's C++ envs take only "
+                    f"observation and action wrappers; {fix}"
+                )
+        env = apply_wrappers(_SpacesOnly(obs_space, act_space), self.wrappers)
+        chain = []
+        while isinstance(env, gymnasium.Wrapper):
+            chain.append(env)
+            env = env.env
+        return chain[::-1]
+
+    def _observations(self, obs: np.ndarray) -> np.ndarray:
+        wrappers = [w for w in self._chain if isinstance(w, gymnasium.ObservationWrapper)]
+        if not wrappers:
+            return obs
+        rows = []
+        for row in obs:
+            for wrapper in wrappers:
+                row = wrapper.observation(row)
+            rows.append(row)
+        return np.stack(rows)
+
+    def _actions(self, actions: np.ndarray) -> np.ndarray:
+        wrappers = [w for w in reversed(self._chain) if isinstance(w, gymnasium.ActionWrapper)]
+        if not wrappers:
+            return actions
+        rows = []
+        for row in actions:
+            for wrapper in wrappers:
+                row = wrapper.action(row)
+            rows.append(row)
+        return np.stack(rows)
+
+    def _reset_all(self, seeds: list[int]) -> np.ndarray:
+        self.close()
+        envpool = _import_envpool()
+        self._pool = envpool.make(
+            self._id, env_type="gymnasium", num_envs=len(seeds), seed=seeds, num_threads=self.num_threads,
+            **self.env_kwargs,
+        )  # fmt: skip
+        obs, _ = self._pool.reset()
+        return self._observations(obs)
+
+    def _step_all(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        obs, reward, terminated, truncated, _ = self._pool.step(self._actions(actions))
+        final_obs = obs
+        done = np.flatnonzero(np.logical_or(terminated, truncated))
+        if done.size:  # same-step autoreset: reset the finished envs now (EnvPool's partial reset)
+            obs = obs.copy()
+            reset_obs, info = self._pool.reset(done.astype(np.int32))
+            obs[info["env_id"]] = reset_obs
+        return self._observations(obs), self._observations(final_obs), reward, terminated, truncated
+
+    def _unstarted(self) -> dict[str, Any]:
+        return {**super()._unstarted(), "_pool": None}
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        super().close()

@@ -1,0 +1,126 @@
+"""Wrappers from the config, custom env classes and plugin env ids, on every backend."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rl_lightning import keys
+from rl_lightning.envs import BatchedEnv, ClassSpec, GymnasiumEnv, GymnasiumVectorEnv
+from rl_lightning.errors import ConfigError
+
+BACKENDS = {
+    "in_process": lambda **kw: GymnasiumEnv(**kw),
+    "sync": lambda **kw: GymnasiumVectorEnv(**kw, mode="sync"),
+    "async": lambda **kw: GymnasiumVectorEnv(**kw, mode="async"),
+}
+
+
+def envpool_backend(**kw):
+    pytest.importorskip("envpool")
+    from rl_lightning.envs import EnvPoolEnv
+
+    return EnvPoolEnv(**kw)
+
+
+def steps(core, actions: list[torch.Tensor], seed: int = 5) -> list:
+    env = BatchedEnv(core, actions[0].shape[0], seed=seed)
+    try:
+        return [env.reset(), *(env.step(a) for a in actions)]
+    finally:
+        env.close()
+
+
+RESCALE = ClassSpec("gymnasium.wrappers.RescaleAction", {"min_action": -1.0, "max_action": 1.0})
+CLIP = ClassSpec("gymnasium.wrappers.ClipAction")
+
+
+@pytest.mark.parametrize("backend", [*BACKENDS, "envpool"])
+def test_rescale_and_clip_action_map_onto_the_raw_env(backend: str) -> None:
+    make = envpool_backend if backend == "envpool" else BACKENDS[backend]
+    rescaled = make(env_id="Pendulum-v1", wrappers=[RESCALE])
+    assert (rescaled.spec.action_low, rescaled.spec.action_high) == ((-1.0,), (1.0,))
+    clipped = make(env_id="Pendulum-v1", wrappers=[RESCALE, CLIP])  # Gymnasium's ClipAction accepts any value
+    assert (clipped.spec.action_low, clipped.spec.action_high) == ((-float("inf"),), (float("inf"),))
+    raw = make(env_id="Pendulum-v1")
+    assert (raw.spec.action_low, raw.spec.action_high) == ((-2.0,), (2.0,))
+    actions = [torch.tensor([[0.5], [3.0]])] * 3
+    raw_actions = [torch.tensor([[1.0], [2.0]])] * 3  # 0.5 of [-1, 1] is 1.0 of [-2, 2]; 3.0 clips to 1 → 2.0
+    reference = steps(raw, raw_actions)
+    for core in (rescaled, clipped):
+        for out, ref in zip(steps(core, actions), reference, strict=True):
+            assert (out == ref).all()
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_time_limit_and_a_users_own_wrapper_in_order(backend: str) -> None:
+    wrappers = [
+        ClassSpec("gymnasium.wrappers.TimeLimit", {"max_episode_steps": 4}),
+        ClassSpec("tests.my_envs.ScaleObservation", {"scale": 10.0}),
+    ]
+    core = BACKENDS[backend](env_id="CartPole-v1", wrappers=wrappers)
+    assert core.spec.max_episode_steps == 4
+    alternate = [torch.tensor([t % 2, (t + 1) % 2]) for t in range(4)]
+    outs = steps(core, alternate)
+    refs = steps(GymnasiumEnv("CartPole-v1"), alternate)
+    assert [bool(o[keys.TRUNCATED].all()) for o in outs[1:]] == [False, False, False, True]
+    torch.testing.assert_close(outs[1][keys.OBS], refs[1][keys.OBS] * 10.0)
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_filter_observation_on_a_dict_env_class(backend: str) -> None:
+    wrappers = [
+        ClassSpec("gymnasium.wrappers.FilterObservation", {"filter_keys": ["goal", "position"]}),
+        ClassSpec("gymnasium.wrappers.FlattenObservation"),
+        ClassSpec("gymnasium.wrappers.TimeLimit", {"max_episode_steps": 6}),
+    ]
+    core = BACKENDS[backend](env_class=ClassSpec("tests.my_envs.GoalCorridor", {"length": 3}), wrappers=wrappers)
+    assert core.spec.obs_shape == (2,)
+    outs = steps(core, [torch.ones(2, dtype=torch.int64)] * 3)
+    assert (outs[0][keys.OBS][:, 0] == 1.0).all()  # Dict keys flatten in sorted order: goal, position
+    assert torch.stack([o[keys.TERMINATED] for o in outs[1:]]).any()
+
+
+def test_without_the_filter_a_dict_space_is_refused_with_the_supported_list() -> None:
+    with pytest.raises(ConfigError, match="observation space Dict.*supported: Box"):
+        GymnasiumEnv(env_class=ClassSpec("tests.my_envs.GoalCorridor"))
+
+
+BAD_WRAPPERS = [
+    (ClassSpec("gymnasium.wrappers.NoSuchWrapper"), "does not import"),
+    (ClassSpec("no_such_package.Wrapper"), "does not import"),
+    (ClassSpec("tests.my_envs.Corridor"), "is not a gymnasium.core.Wrapper subclass"),
+    (ClassSpec("gymnasium.wrappers.TimeLimit", {"max_steps": 3}), "fix its init_args"),
+    (ClassSpec("gymnasium.wrappers.RescaleAction", {"min_action": 0, "max_action": 1}), "fix its init_args"),
+]
+
+
+@pytest.mark.parametrize(("spec", "message"), BAD_WRAPPERS, ids=[s.class_path for s, _ in BAD_WRAPPERS])
+def test_bad_wrapper_is_one_line_naming_it(spec: ClassSpec, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as err:
+        GymnasiumEnv("CartPole-v1", wrappers=[spec])  # RescaleAction on Discrete actions fails too
+    assert "wrappers[0]" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_envpool_refuses_wrappers_it_cannot_apply() -> None:
+    with pytest.raises(ConfigError, match="max_episode_steps in env_kwargs"):
+        envpool_backend(
+            env_id="CartPole-v1", wrappers=[ClassSpec("gymnasium.wrappers.TimeLimit", {"max_episode_steps": 3})]
+        )
+
+
+def test_env_class_arguments_and_errors() -> None:
+    core = GymnasiumEnv(env_class=ClassSpec("tests.my_envs.Corridor", {"length": 9}))
+    assert core.spec.name == "Corridor"
+    assert core.spec.max_episode_steps == 0  # no TimeLimit unless the config adds one
+    with pytest.raises(ConfigError, match="env_class: tests.my_envs.Corridor.*width"):
+        GymnasiumEnv(env_class=ClassSpec("tests.my_envs.Corridor", {"width": 9}))
+    with pytest.raises(ConfigError, match="not a gymnasium.core.Env subclass"):
+        GymnasiumEnv(env_class=ClassSpec("collections.OrderedDict"))
+    with pytest.raises(ConfigError, match="is a wrapper; list it under wrappers"):
+        GymnasiumEnv(env_class=ClassSpec("tests.my_envs.ScaleObservation"))
+    with pytest.raises(ConfigError, match="give exactly one"):
+        GymnasiumEnv("CartPole-v1", env_class=ClassSpec("tests.my_envs.Corridor"))
+    with pytest.raises(ConfigError, match="env_kwargs=.*gymnasium.make"):
+        GymnasiumEnv("CartPole-v1", {"no_such_kwarg": 1})
