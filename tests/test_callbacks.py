@@ -8,10 +8,11 @@ import torch
 
 from rl_lightning import keys
 from rl_lightning.callbacks import EarlyStopping, Evaluation, FailFast, RLCheckpoint
+from rl_lightning.callbacks.cadence import Cadence
 from rl_lightning.callbacks.fail_fast import reproduce
 from rl_lightning.envs import CartPole
 from rl_lightning.errors import ConfigError
-from tests.helpers import tiny_ppo, trainer
+from tests.helpers import tiny_dreamer, tiny_ppo, trainer
 
 
 class NaNRewardCartPole(CartPole):
@@ -83,3 +84,53 @@ def test_checkpoint_cadence_and_early_stopping(tmp_path):
     assert saved["policy_revision"]["family"] == "ppo"
     assert saved["policy_revision"]["version"] == 3
     assert len(list((tmp_path / "ckpt").glob("*.ckpt"))) == 2  # last + best
+
+
+class CountingCheckpoint(RLCheckpoint):
+    """Records the update counter at every save."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.saved_at: list[int] = []
+
+    def save_now(self, trainer, pl_module):
+        self.saved_at.append(pl_module.updates)
+        super().save_now(trainer, pl_module)
+
+
+def test_cadence_fires_once_per_update_through_prefill_and_cycles_without_an_update(tmp_path):
+    """DreamerV3 with 16 prefill env steps and a fractional ratio (8 env steps × 1/16 = half an update per
+    cycle): evaluation and checkpoint must follow the update counter, not the cycles."""
+    pl.seed_everything(0)
+    module, dm = tiny_dreamer(total_env_steps=64, replay_ratio=1 / 16, learning_starts=16)
+    cycles: list[int] = []
+    counter = pl.Callback()
+    counter.on_train_batch_end = lambda trainer, pl_module, *_: cycles.append(pl_module.updates)
+    evaluation = Evaluation(every_n_updates=1, num_episodes=1, max_steps=20)
+    checkpoint = CountingCheckpoint(every_n_updates=1, dirpath=str(tmp_path / "ckpt"), save_last=True)
+    callbacks = [counter, evaluation, checkpoint]
+    trainer(tmp_path, callbacks=callbacks, enable_checkpointing=True).fit(module, dm)
+    assert cycles.count(0) >= 2  # prefill cycles ran before the first update
+    assert len(cycles) > len(set(cycles)) + 2  # and later cycles made no update
+    updates = list(range(1, module.updates + 1))
+    assert module.updates >= 2
+    assert [h["updates"] for h in evaluation.history] == updates
+    assert checkpoint.saved_at == updates
+
+
+def test_cadence_fires_once_per_crossing_and_survives_a_state_round_trip():
+    class Counters:
+        env_steps = 0
+
+    cadence = Cadence("test", None, 100)
+    fired = []
+    for value in (0, 50, 150, 150, 160, 350):
+        Counters.env_steps = value
+        fired.append(cadence.due(Counters))
+    assert fired == [False, False, True, False, False, True]  # 350 crossed 200 and 300: fires once
+    resumed = Cadence("test", None, 100)
+    resumed.load_state_dict(cadence.state_dict())
+    Counters.env_steps = 399
+    assert not resumed.due(Counters)
+    Counters.env_steps = 400
+    assert resumed.due(Counters)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from tensordict import TensorDict
@@ -77,6 +78,19 @@ class TorchEnv(ABC):
     spec: EnvSpec
     #: True when ``state`` is plain tensors (no external resources), so it can be saved in a checkpoint.
     state_is_tensors: bool = True
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> TorchEnv:
+        env = super().__new__(cls)
+        env._init_args = (args, kwargs)  # the recipe ``fresh`` rebuilds from
+        return env
+
+    def fresh(self) -> TorchEnv:
+        """A new env built with this one's constructor arguments, sharing no state with it (an eval env).
+
+        Unlike a deep copy it never copies live resources (a Gymnasium adapter's running envs).
+        """
+        args, kwargs = self._init_args
+        return type(self)(*args, **kwargs)
 
     @abstractmethod
     def reset_state(self, num: int, generator: torch.Generator) -> TensorDict: ...
