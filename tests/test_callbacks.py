@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import lightning.pytorch as pl
 import pytest
 import torch
@@ -9,7 +12,7 @@ import torch
 from rl_lightning import keys
 from rl_lightning.callbacks import EarlyStopping, Evaluation, FailFast, RLCheckpoint
 from rl_lightning.callbacks.cadence import Cadence
-from rl_lightning.callbacks.fail_fast import reproduce
+from rl_lightning.callbacks.fail_fast import replay, reproduce
 from rl_lightning.envs import CartPole
 from rl_lightning.errors import ConfigError
 from tests.helpers import tiny_dreamer, tiny_ppo, trainer
@@ -62,6 +65,53 @@ def test_fail_fast_raises_with_a_bundle_that_reproduces(tmp_path):
     bundle = tmp_path / "failfast_bundle_rank0.pt"
     assert str(bundle) in str(info.value)
     assert "train/loss" in reproduce(bundle)
+
+
+class TripAtUpdate(FailFast):
+    """FailFast that reports a failure at one update although everything is finite (the weights stay comparable)."""
+
+    def __init__(self, update: int, **kwargs):
+        super().__init__(**kwargs)
+        self.update = update
+
+    def non_finite(self, pl_module):
+        return ["train/tripwire"] if pl_module.updates == self.update else []
+
+
+def test_fail_fast_replay_reproduces_the_update_bit_exactly(tmp_path):
+    """Replaying the bundle ends with the weights the run ended with, including PPO's annealed lr for that update."""
+    pl.seed_everything(0)
+    module, dm = tiny_ppo(total_env_steps=64 * 5, anneal_lr=True, lr=0.05)
+    with pytest.raises(FloatingPointError, match="tripwire"):
+        trainer(tmp_path, callbacks=[TripAtUpdate(3, bundle_dir=str(tmp_path))]).fit(module, dm)
+    bundle = torch.load(tmp_path / "failfast_bundle_rank0.pt", weights_only=False)
+    replayed = replay(tmp_path / "failfast_bundle_rank0.pt").state_dict()
+    before = bundle["before"]["weights"]
+    assert any(not torch.equal(before[k], v) for k, v in bundle["weights_after"].items())  # the update moved them
+    for name, after in bundle["weights_after"].items():
+        assert torch.equal(replayed[name], after), name
+
+
+def test_fail_fast_bundle_of_a_cli_run_reproduces(tmp_path):
+    """A diverging CLI run (lr 1e20) writes a bundle that ``reproduce`` replays in this process."""
+    args = [
+        "fit", "--config", "ppo.yaml", "--model.init_args.lr", "1e20", "--data.init_args.num_steps", "16",
+        "--data.init_args.total_env_steps", "512", "--model.init_args.update_epochs", "1",
+        "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"), "--trainer.enable_progress_bar", "false",
+    ]  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "rl_lightning.cli", *args], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode != 0
+    line = run.stderr.strip().splitlines()[-1]
+    assert line.startswith("rl-lightning: error: FailFast: non-finite"), run.stderr[-2000:]
+    path = tmp_path / line.rpartition("reproduction bundle: ")[2]
+    bundle = torch.load(path, weights_only=False)
+    assert "_class_path" not in bundle["hparams"]
+    # PPO computes train/explained_variance from the rollout while logging, outside the update that is replayed.
+    expected = [name for name in bundle["non_finite"] if name != "train/explained_variance"]
+    assert "train/loss" in expected
+    assert reproduce(path) == expected
 
 
 def test_checkpoint_cadence_and_early_stopping(tmp_path):
