@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rl_lightning import keys
-from rl_lightning.callbacks import EarlyStopping, Evaluation, FailFast, RLCheckpoint
+from rl_lightning.callbacks import EarlyStopping, EnvStepProgressBar, Evaluation, FailFast, RLCheckpoint
 from rl_lightning.callbacks.cadence import Cadence
 from rl_lightning.callbacks.fail_fast import replay, reproduce
 from rl_lightning.envs import CartPole
@@ -184,3 +184,41 @@ def test_cadence_fires_once_per_crossing_and_survives_a_state_round_trip():
     assert not resumed.due(Counters)
     Counters.env_steps = 400
     assert resumed.due(Counters)
+
+
+class BarProbe(pl.Callback):
+    """Reads the progress bar as a user sees it (its rendered line), at the start of training and after updates."""
+
+    def __init__(self, bar: EnvStepProgressBar) -> None:
+        self.bar = bar
+        self.lines: list[tuple[int, str, int]] = []
+
+    def _read(self, pl_module) -> None:
+        tqdm_bar = self.bar.train_progress_bar
+        self.lines.append((pl_module.env_steps, str(tqdm_bar), tqdm_bar.initial))
+
+    def on_train_start(self, trainer, pl_module):
+        self._read(pl_module)
+
+    def on_train_batch_end(self, trainer, pl_module, *_):
+        self._read(pl_module)
+
+
+def test_progress_bar_counts_env_steps_against_the_budget_after_a_resume(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    for budget in (128, 320):  # 2 updates, then resume to 5
+        pl.seed_everything(0)
+        module, dm = tiny_ppo(total_env_steps=budget)
+        bar = EnvStepProgressBar()
+        probe = BarProbe(bar)
+        callbacks = [bar, probe, RLCheckpoint(every_n_updates=1, dirpath=str(ckpt))]
+        run = trainer(tmp_path, callbacks=callbacks, enable_progress_bar=True, enable_checkpointing=True)
+        run.fit(module, dm, ckpt_path=str(ckpt / "last.ckpt") if budget == 320 else None)
+    steps = [env_steps for env_steps, _, _ in probe.lines]
+    assert steps == [128, 192, 256, 320]  # on_train_start of the resumed run, then its three updates
+    for env_steps, line, initial in probe.lines:
+        assert f"| {env_steps}/320 [" in line, line
+        assert "env steps/s" in line, line
+        assert initial == 128  # tqdm's rate and ETA count only the resumed session's steps
+    assert "return=" in probe.lines[-1][1]
+    assert "sps=" in probe.lines[-1][1]
