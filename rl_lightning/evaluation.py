@@ -24,7 +24,8 @@ def run_episodes(
     """Play the first episode of each of ``num_episodes`` env rows; returns ``(returns, lengths)``, each ``[N]``.
 
     ``policy`` is an ``RLModule`` (its ``acting_policy`` in evaluation mode) or the string ``"random"`` for a
-    uniform-random baseline (uniform over legal actions, or over the box bounds).
+    uniform-random baseline (uniform over legal actions, or over the box bounds). The episodes' env states are
+    released at the end; ``env`` itself stays open for the caller to reuse and close.
     """
     batched = BatchedEnv(env, num_episodes, device, seed=seed)
     act = None if policy == "random" else policy.acting_policy(batched, deterministic, training=False)  # type: ignore[attr-defined]
@@ -45,7 +46,8 @@ def run_episodes(
             if (step + 1) % _CHECK_EVERY == 0 and not bool(running.any()):
                 break
     finally:
-        batched.close()
+        if batched.state is not None:
+            env.release(batched.state)  # the caller owns ``env`` and closes it; reused across evaluations
     return returns, lengths
 
 

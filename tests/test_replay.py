@@ -166,6 +166,25 @@ def test_state_dict_with_storage_resumes_identically() -> None:
     assert (restored.sample_sequences(32, 3, _gen(6)) == ring.sample_sequences(32, 3, _gen(6))).all()
 
 
+def test_state_dict_saves_only_the_written_rows_of_a_partly_filled_ring() -> None:
+    ring = ReplayRing(capacity=1024, num_envs=3)
+    _fill(ring, [4, 5])
+    state = _round_trip(ring.state_dict(include_storage=True))
+    assert state["storage"]["x"].shape == (9, 3)  # 9 rows written, not the 1024 preallocated
+    saved, full = io.BytesIO(), io.BytesIO()
+    torch.save(state, saved)  # the file size, not just the shapes: a saved view would write its whole storage
+    torch.save({**state, "storage": ring._storage.to_dict()}, full)
+    assert saved.getbuffer().nbytes < full.getbuffer().nbytes / 10
+    restored = ReplayRing(capacity=1024, num_envs=3)
+    restored.load_state_dict(state)
+    assert (restored.head, restored.size, restored.total_added) == (9, 9, 9)
+    assert (restored.sample_sequences(32, 3, _gen(5)) == ring.sample_sequences(32, 3, _gen(5))).all()
+    for r in (ring, restored):
+        _fill(r, [1000, 100])  # wraps: the restored ring must have kept its full capacity
+    assert (restored.sample_sequences(32, 3, _gen(6)) == ring.sample_sequences(32, 3, _gen(6))).all()
+    _check_sequences(restored.sample_sequences(50, 8, _gen(7))["x"], restored.total_added, 1024)
+
+
 def test_state_dict_without_storage_restarts_empty() -> None:
     ring = ReplayRing(capacity=6, num_envs=3)
     _fill(ring, [4, 5])

@@ -11,6 +11,7 @@ import lightning.pytorch as pl
 import torch
 from tensordict import TensorDict
 
+from rl_lightning.env_step_log import finite_only, log_at_env_step, to_floats
 from rl_lightning.envs.base import BatchedEnv, EnvSpec
 from rl_lightning.errors import ConfigError
 from rl_lightning.lineage import REVISION_KEY, PolicyRevision, check_family, weights_digest
@@ -145,17 +146,20 @@ class RLModule(pl.LightningModule):
         )
 
     def log_update(self, metrics: dict[str, Any]) -> None:
-        """Log one update's metrics once (``log_dict``), against env steps; keep them in ``last_metrics``.
+        """Log one update's metrics once, as one point each at the current env step; keep them in ``last_metrics``.
 
         NaN scalars (e.g. episode stats of a rollout in which no episode finished) are kept in ``last_metrics``
-        but not logged. That check reads each scalar once per update, outside the hot loops.
+        but not logged. The values are read back once per update (one host sync), outside the hot loops.
+        ``log_dict(logger=False)`` feeds monitors and the progress bar; ``log_at_env_step`` writes the loggers.
         """
         metrics = dict(metrics)
         metrics["env_steps"] = float(self.env_steps)
         metrics["updates"] = float(self.updates)
-        metrics["step"] = float(self.env_steps)  # TensorBoard x-axis: env steps
         self.last_metrics = metrics
-        self.log_dict({k: v for k, v in metrics.items() if not _is_nan(v)}, on_step=True, batch_size=1)
+        scalars = finite_only(to_floats(metrics))
+        self.log_dict({k: metrics[k] for k in scalars}, on_step=True, batch_size=1, logger=False)
+        if self._trainer is not None:
+            log_at_env_step(self.trainer, scalars, self.env_steps)
 
     def mark_update(self) -> None:
         """Call once per learner update, after the weights changed."""
@@ -182,7 +186,3 @@ class RLModule(pl.LightningModule):
         self.parent_version = self.policy_version
         self.generator.set_state(counters["generator"])
         self._seeded = True
-
-
-def _is_nan(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and value.dim() == 0 and bool(torch.isnan(value))

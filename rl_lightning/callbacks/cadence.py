@@ -1,4 +1,4 @@
-"""The RL-clock cadence shared by callbacks: every N learner updates, or each time env steps cross a multiple of N."""
+"""The RL-clock cadence shared by callbacks: once each time updates or env steps cross a multiple of N."""
 
 from __future__ import annotations
 
@@ -19,11 +19,36 @@ def check_cadence(owner: str, every_n_updates: int | None, every_n_env_steps: in
             raise ConfigError(f"{owner}: {name}={value} must be >= 1")
 
 
-def cadence_due(
-    pl_module: Any, every_n_updates: int | None, every_n_env_steps: int | None, last_env_steps: int
-) -> bool:
-    """True after every ``every_n_updates``-th update, or when env steps crossed a multiple since ``last_env_steps``."""
-    if every_n_updates is not None:
-        return pl_module.updates % every_n_updates == 0
-    assert every_n_env_steps is not None
-    return pl_module.env_steps // every_n_env_steps > last_env_steps // every_n_env_steps
+class Cadence:
+    """Fires once each time a counter (``updates`` or ``env_steps``) crosses a multiple of N.
+
+    It remembers the last counter value it saw, so a training step that left the counter where it was (replay
+    prefill before the first update, a fractional replay ratio that made no update this cycle) never fires, and a
+    counter that jumped over several multiples at once fires once. Its ``state_dict`` belongs in the owning
+    callback's, so a resumed run continues from the value seen before the checkpoint.
+
+    Args:
+        owner: the callback's name, for errors.
+        every_n_updates: fire after every this many learner updates.
+        every_n_env_steps: fire each time the env-step counter crosses a multiple of this.
+    """
+
+    def __init__(self, owner: str, every_n_updates: int | None, every_n_env_steps: int | None) -> None:
+        check_cadence(owner, every_n_updates, every_n_env_steps)
+        self.counter = "updates" if every_n_updates is not None else "env_steps"
+        self.every = int(every_n_updates or every_n_env_steps or 0)
+        self.last_seen = 0
+
+    def due(self, pl_module: Any) -> bool:
+        """Whether the counter crossed a multiple of N since the last call; records the counter either way."""
+        value = int(getattr(pl_module, self.counter))
+        last, self.last_seen = self.last_seen, value
+        return value // self.every > last // self.every
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"counter": self.counter, "last_seen": self.last_seen}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``last_seen`` (ignored when the saved cadence counted the other counter)."""
+        if state.get("counter") == self.counter:
+            self.last_seen = int(state["last_seen"])

@@ -8,7 +8,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 from typing_extensions import override
 
-from rl_lightning.callbacks.cadence import cadence_due, check_cadence
+from rl_lightning.callbacks.cadence import Cadence
 from rl_lightning.errors import ConfigError
 
 
@@ -27,7 +27,7 @@ class RLCheckpoint(ModelCheckpoint):
     """
 
     def __init__(self, every_n_updates: int | None = None, every_n_env_steps: int | None = None, **kwargs: Any):
-        check_cadence("RLCheckpoint", every_n_updates, every_n_env_steps)
+        cadence = Cadence("RLCheckpoint", every_n_updates, every_n_env_steps)
         for name in ("every_n_train_steps", "every_n_epochs", "train_time_interval"):
             if kwargs.get(name):
                 raise ConfigError(f"RLCheckpoint: {name} is not supported; use every_n_updates or every_n_env_steps")
@@ -35,7 +35,7 @@ class RLCheckpoint(ModelCheckpoint):
         super().__init__(every_n_train_steps=0, every_n_epochs=0, **kwargs)
         self.every_n_updates = every_n_updates
         self.every_n_env_steps = every_n_env_steps
-        self.last_saved_env_steps = 0
+        self.cadence = cadence
 
     @property
     @override
@@ -49,11 +49,13 @@ class RLCheckpoint(ModelCheckpoint):
         )
 
     def should_save(self, pl_module: Any) -> bool:
-        return cadence_due(pl_module, self.every_n_updates, self.every_n_env_steps, self.last_saved_env_steps)
+        """Cadence predicate: true once per crossing of the counter (never on a cycle that made no update)."""
+        return self.cadence.due(pl_module)
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self._should_skip_saving_checkpoint(trainer) or not self.should_save(pl_module):
+        due = self.should_save(pl_module)  # first: the cadence records every counter value it is shown
+        if self._should_skip_saving_checkpoint(trainer) or not due:
             return
         self.save_now(trainer, pl_module)
 
@@ -63,7 +65,6 @@ class RLCheckpoint(ModelCheckpoint):
             self.save_now(trainer, pl_module)
 
     def save_now(self, trainer: pl.Trainer, pl_module: Any) -> None:
-        self.last_saved_env_steps = pl_module.env_steps
         candidates = self._monitor_candidates(trainer)
         if self.monitor is None or self.monitor in candidates:
             self._save_topk_checkpoint(trainer, candidates)
@@ -71,9 +72,10 @@ class RLCheckpoint(ModelCheckpoint):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "last_saved_env_steps": self.last_saved_env_steps}
+        return {**super().state_dict(), "cadence": self.cadence.state_dict()}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
-        self.last_saved_env_steps = state_dict.get("last_saved_env_steps", 0)
+        if "cadence" in state_dict:
+            self.cadence.load_state_dict(state_dict["cadence"])

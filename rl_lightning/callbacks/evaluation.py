@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import time
 from typing import Any
 
@@ -11,7 +10,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
-from rl_lightning.callbacks.cadence import cadence_due, check_cadence
+from rl_lightning.callbacks.cadence import Cadence
+from rl_lightning.env_step_log import log_at_env_step, to_floats
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.errors import ConfigError
 from rl_lightning.evaluation import run_episodes
@@ -20,10 +20,17 @@ from rl_lightning.evaluation import run_episodes
 class Evaluation(Callback):
     """Runs ``num_episodes`` evaluation episodes every ``every_n_updates`` updates or ``every_n_env_steps`` env steps.
 
-    Fires in ``on_train_batch_end`` (after the update, before checkpointing) and at the end of training. Logs
-    ``eval/episode_return``, ``eval/episode_length``, ``eval/random_episode_return`` (a uniform-random policy
-    on the same env, measured once) and ``eval/margin_over_random``; the values are averaged over ranks, so
-    ``RLCheckpoint(monitor="eval/episode_return")`` and ``rl_lightning.callbacks.EarlyStopping`` can use them.
+    Fires in ``on_train_batch_end`` (after the update, before checkpointing) once each time the counter crosses
+    a multiple (never on a cycle that made no update), and at the end of training unless the last update was
+    just evaluated. Logs ``eval/episode_return``, ``eval/episode_length``, ``eval/random_episode_return`` (a
+    uniform-random policy on the same env, measured once) and ``eval/margin_over_random`` as one point per
+    evaluation at its env step; the values are averaged over ranks and also feed
+    ``RLCheckpoint(monitor="eval/episode_return")`` and ``rl_lightning.callbacks.EarlyStopping``.
+
+    The eval env is built once, at the first evaluation, from the datamodule's env constructor arguments
+    (``TorchEnv.fresh``: the training env, live Gymnasium envs included, is never copied), reused by every
+    evaluation and closed when the fit ends. Before acting it waits on the module's ``policy_ready_event``, if
+    any (``CUDAStreamWeightSync``: the acting copy of the weights may still be being written on a side stream).
 
     Args:
         every_n_updates: evaluate after every this many learner updates.
@@ -31,7 +38,7 @@ class Evaluation(Callback):
         num_episodes: episodes per evaluation (one per env row, run in parallel).
         deterministic: act with the policy's mode (``False``: sample, as in training); ``None`` takes the
             algorithm's evaluation default (PPO: the mode; SPO: a draw from the search target, as published).
-        env: the env core to evaluate on; ``None`` copies the datamodule's.
+        env: the env core to evaluate on; ``None`` builds one like the datamodule's (same constructor arguments).
         seed: seed of the evaluation env; every evaluation replays the same start states.
         max_steps: safety bound on steps per evaluation.
     """
@@ -46,7 +53,7 @@ class Evaluation(Callback):
         seed: int = 12_345,
         max_steps: int = 10_000,
     ) -> None:
-        check_cadence("Evaluation", every_n_updates, every_n_env_steps)
+        self.cadence = Cadence("Evaluation", every_n_updates, every_n_env_steps)
         if num_episodes < 1:
             raise ConfigError(f"Evaluation: num_episodes={num_episodes} must be >= 1")
         self.every_n_updates = every_n_updates
@@ -57,10 +64,10 @@ class Evaluation(Callback):
         self.seed = seed
         self.max_steps = max_steps
         self.random_return: float | None = None
-        self.last_env_steps = 0
         self.last_updates = -1
         self.eval_seconds = 0.0  # wall time spent evaluating (benchmarks subtract it from training time)
         self.history: list[dict[str, float]] = []
+        self._built_env: TorchEnv | None = None  # the env built from the datamodule's, once per fit
 
     @property
     @override
@@ -74,7 +81,7 @@ class Evaluation(Callback):
 
     def should_evaluate(self, pl_module: Any) -> bool:
         """Cadence predicate: overridable, evaluated identically on every rank (counters are global)."""
-        return cadence_due(pl_module, self.every_n_updates, self.every_n_env_steps, self.last_env_steps)
+        return self.cadence.due(pl_module)
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -87,16 +94,31 @@ class Evaluation(Callback):
         if pl_module.updates > 0 and self.last_updates != pl_module.updates:
             self.evaluate(trainer, pl_module, on_step=False)
 
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
+        if self._built_env is not None:  # an ``env`` given by the user stays the user's to close
+            self._built_env.close()
+            self._built_env = None
+
+    def eval_env(self, trainer: pl.Trainer) -> TorchEnv:
+        """The env core evaluations play on: ``env``, or one built once like the datamodule's."""
+        if self.env is not None:
+            return self.env
+        if self._built_env is None:
+            self._built_env = trainer.datamodule.env.fresh()
+        return self._built_env
+
     def evaluate(self, trainer: pl.Trainer, pl_module: Any, on_step: bool = True) -> dict[str, float]:
-        """Play the episodes, log ``eval/*`` (per step, or per epoch from epoch-end hooks), return the record."""
+        """Play the episodes, log ``eval/*`` once at the current env step, and return the record."""
         start = time.perf_counter()
-        env = self.env if self.env is not None else copy.deepcopy(trainer.datamodule.env)
+        env = self.eval_env(trainer)
         seed = self.seed + 1_000 * trainer.global_rank
         if self.random_return is None:
             random_returns, _ = run_episodes(
                 "random", env, self.num_episodes, pl_module.device, seed, True, self.max_steps
             )
             self.random_return = float(trainer.strategy.reduce(random_returns.mean(), reduce_op="mean"))
+        wait_for_policy(pl_module)
         was_training = pl_module.training
         pl_module.eval()
         deterministic = pl_module.eval_deterministic if self.deterministic is None else self.deterministic
@@ -104,8 +126,6 @@ class Evaluation(Callback):
             pl_module, env, self.num_episodes, pl_module.device, seed, deterministic, self.max_steps
         )
         pl_module.train(was_training)
-        if self.env is None:
-            env.close()
         mean_return = trainer.strategy.reduce(returns.mean(), reduce_op="mean")
         metrics = {
             "eval/episode_return": mean_return,
@@ -113,12 +133,12 @@ class Evaluation(Callback):
             "eval/random_episode_return": torch.tensor(self.random_return),
             "eval/margin_over_random": mean_return - self.random_return,
         }
+        record = to_floats(metrics)
         if not trainer.sanity_checking and trainer.state.fn == "fit" and trainer.training:
-            pl_module.log_dict(metrics, on_step=on_step, on_epoch=not on_step, batch_size=1)
-        self.last_env_steps = pl_module.env_steps
+            pl_module.log_dict(metrics, on_step=on_step, on_epoch=not on_step, batch_size=1, logger=False)
+            log_at_env_step(trainer, record, pl_module.env_steps)
         self.last_updates = pl_module.updates
         self.eval_seconds += time.perf_counter() - start
-        record = {k: float(v) for k, v in metrics.items()}
         record.update(env_steps=pl_module.env_steps, updates=pl_module.updates)
         self.history.append(record)
         return record
@@ -127,12 +147,25 @@ class Evaluation(Callback):
     def state_dict(self) -> dict[str, Any]:
         return {
             "random_return": self.random_return,
-            "last_env_steps": self.last_env_steps,
             "last_updates": self.last_updates,
+            "cadence": self.cadence.state_dict(),
         }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.random_return = state_dict["random_return"]
-        self.last_env_steps = state_dict["last_env_steps"]
         self.last_updates = state_dict["last_updates"]
+        if "cadence" in state_dict:
+            self.cadence.load_state_dict(state_dict["cadence"])
+
+
+def wait_for_policy(pl_module: Any) -> None:
+    """Make the current CUDA stream wait until the acting weights are copied (``CUDAStreamWeightSync``).
+
+    ``policy_ready_event`` is recorded on the weight-sync side stream after the copy; without the wait, the
+    evaluation's first forward pass could read a half-written acting copy. ``Event.wait()`` enqueues the wait
+    on the current stream and does not block the host.
+    """
+    event = getattr(pl_module, "policy_ready_event", None)
+    if event is not None:
+        event.wait()

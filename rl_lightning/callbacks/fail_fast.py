@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import importlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,9 +89,9 @@ class FailFast(Callback):
             "non_finite": bad,
             "metrics": dict(getattr(pl_module, "last_metrics", {}).items()),
             "batch": None if rollout is None else rollout.cpu(),
-            "before": self._before,
+            "before": self._before_as_run(pl_module),
             "weights_after": {k: v.detach().cpu() for k, v in pl_module.state_dict().items()},
-            "hparams": dict(pl_module.hparams),
+            "hparams": constructor_args(pl_module.hparams),
             "module_class": f"{type(pl_module).__module__}.{type(pl_module).__qualname__}",
         }
         tmp = path.with_suffix(".tmp")
@@ -99,21 +100,55 @@ class FailFast(Callback):
         return path
 
 
-def reproduce(path: str | Path) -> list[str]:
-    """Replay the failing update of a bundle standalone; returns the non-finite names it produces again.
+    def _before_as_run(self, pl_module: Any) -> dict[str, Any] | None:
+        """The pre-update state, with the optimiser's param-group settings (``lr``, ...) the update ran with.
 
-    Rebuilds the module from the bundle's class and hyper-parameters, restores the weights, optimiser state and
-    minibatch generator from just before the update, and runs ``module.update`` on the saved rollout.
+        A module may set them inside ``training_step`` (PPO anneals ``lr`` there), after ``on_train_batch_start``
+        took the snapshot; an update itself does not change them, so the current values are the ones it used.
+        """
+        if self._before is None:
+            return None
+        groups = copy.deepcopy(pl_module.optimizers().optimizer.param_groups)
+        saved = self._before["optimizer"]["param_groups"]
+        for old, used in zip(saved, groups):
+            old.update({k: v for k, v in used.items() if k != "params"})
+        return self._before
+
+
+def constructor_args(hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """The module's constructor arguments from its ``hparams``, without the CLI's bookkeeping entries.
+
+    Under ``LightningCLI``, ``save_hyperparameters`` also records jsonargparse's ``_class_path`` and
+    ``_instantiator``, which no constructor accepts; every key starting with ``_`` is such an entry.
+    """
+    return {k: v for k, v in hparams.items() if not k.startswith("_")}
+
+
+def replay(path: str | Path) -> Any:
+    """Replay the failing update of a bundle standalone; returns the module after it (``last_metrics`` set).
+
+    Rebuilds the module from the bundle's class and constructor arguments, restores the weights, optimiser state
+    and minibatch generator from just before the update, and runs ``module.update`` on the saved rollout. The
+    weights it ends with equal the bundle's ``weights_after``.
     """
     bundle = torch.load(path, weights_only=False)
     if bundle["before"] is None or bundle["batch"] is None:
         raise ConfigError(f"{path}: bundle lacks the pre-update state or the batch; it cannot be replayed")
     module_path, _, name = bundle["module_class"].rpartition(".")
-    module = getattr(importlib.import_module(module_path), name)(**bundle["hparams"])
+    module = getattr(importlib.import_module(module_path), name)(**constructor_args(bundle["hparams"]))
     module.load_state_dict(bundle["before"]["weights"])
     optimizer = module.configure_optimizers()
     optimizer.load_state_dict(bundle["before"]["optimizer"])
     module.generator.set_state(bundle["before"]["generator"])
     terms = module.update(bundle["batch"], optimizer)
     module.last_metrics = {f"train/{k}": v for k, v in terms.items()}
-    return FailFast.non_finite(module)
+    return module
+
+
+def reproduce(path: str | Path) -> list[str]:
+    """Replay the failing update of a bundle (see ``replay``); returns the non-finite names it produces again.
+
+    The names are those of the update's loss terms and of the parameters. Diagnostics a module computes outside
+    ``update`` (PPO's ``train/explained_variance`` from the rollout) are in the bundle's ``non_finite`` only.
+    """
+    return FailFast.non_finite(replay(path))

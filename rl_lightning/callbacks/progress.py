@@ -20,20 +20,32 @@ _SHOWN = {
 class EnvStepProgressBar(TQDMProgressBar):
     """Progress in env steps (total = ``data.total_env_steps``), with SPS, recent return and eval return.
 
-    The CLI installs it in place of Lightning's bar, whose total counts optimiser steps.
+    The CLI installs it in place of Lightning's bar, whose total counts optimiser steps. A resumed run starts the
+    bar at the restored env-step count (Lightning resumes mid-epoch and skips ``on_train_epoch_start``), and
+    tqdm's rate and ETA count only the steps of this session.
 
     Args:
         refresh_rate: redraw every this many updates.
     """
 
     @override
+    def on_train_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        super().on_train_start(trainer)
+        self._start_at_env_steps(trainer)
+
+    @override
     def on_train_epoch_start(self, trainer: pl.Trainer, *_: Any) -> None:
         super().on_train_epoch_start(trainer)
+        self._start_at_env_steps(trainer)
+
+    def _start_at_env_steps(self, trainer: pl.Trainer) -> None:
         bar = self.train_progress_bar
-        bar.total = getattr(trainer.datamodule, "total_env_steps", None)
+        env_steps = getattr(trainer.lightning_module, "env_steps", 0)
+        bar.reset(total=getattr(trainer.datamodule, "total_env_steps", None))
         bar.unit = " env steps"
         bar.set_description("Training")
-        bar.n = getattr(trainer.lightning_module, "env_steps", 0)
+        bar.initial = bar.n = bar.last_print_n = env_steps  # the rate counts this session's steps only
+        bar.refresh()
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:

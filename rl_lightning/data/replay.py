@@ -195,8 +195,8 @@ class ReplayRing:
 
         Returns:
             ``capacity``, ``num_envs``, ``head``, ``size``, ``total_added``; ``committed_t`` once ``commit`` has been
-            called; and, with ``include_storage``, ``storage`` (``None`` before the first ``add``) and
-            ``storage_batch_size``. The commit event is not saved.
+            called; and, with ``include_storage``, ``storage`` (the ``size`` written rows only; ``None`` before the
+            first ``add``) and ``storage_batch_size``. The commit event is not saved.
         """
         head, size, total = self._counters
         state: dict[str, Any] = {
@@ -209,8 +209,12 @@ class ReplayRing:
         if self._committing:
             state["committed_t"] = self.committed_t
         if include_storage:
-            state["storage"] = None if self._storage is None else self._storage.cpu().to_dict()
-            state["storage_batch_size"] = [self.capacity, self.num_envs]
+            # Until the ring first wraps, the written rows are storage rows [0, size) (head == size): only those
+            # are saved, so a partly filled ring does not write its whole preallocated capacity. The clone matters:
+            # torch.save writes a view's whole underlying storage.
+            written = None if self._storage is None else self._storage[:size]
+            state["storage"] = None if written is None else written.cpu().clone().to_dict()
+            state["storage_batch_size"] = [size, self.num_envs]
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -238,7 +242,9 @@ class ReplayRing:
         if storage is None:
             self._storage, self._counters, self._commit = None, (0, 0, total), (total, None)
             return
-        self._storage = TensorDict(storage, batch_size=state["storage_batch_size"]).to(self.device)
+        written = TensorDict(storage, batch_size=state["storage_batch_size"]).to(self.device)
+        self._storage = self._allocate(written)
+        self._storage[: written.batch_size[0]] = written
         self._counters = (int(state["head"]), int(state["size"]), total)
         self._commit = (min(int(state.get("committed_t", 0)), total), None)
 

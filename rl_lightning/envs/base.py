@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from tensordict import TensorDict
@@ -81,6 +82,19 @@ class TorchEnv(ABC):
     #: True when ``step_state(..., inplace=False)`` leaves the input state valid, i.e. a state can be snapshotted
     #: and stepped again (SPO's search and the sequence collector need it). Batch-stepping backends say False.
     can_snapshot: bool = True
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> TorchEnv:
+        env = super().__new__(cls)
+        env._init_args = (args, kwargs)  # the recipe ``fresh`` rebuilds from
+        return env
+
+    def fresh(self) -> TorchEnv:
+        """A new env built with this one's constructor arguments, sharing no state with it (an eval env).
+
+        Unlike a deep copy it never copies live resources (a Gymnasium adapter's running envs).
+        """
+        args, kwargs = self._init_args
+        return type(self)(*args, **kwargs)
 
     @abstractmethod
     def reset_state(self, num: int, generator: torch.Generator) -> TensorDict: ...
