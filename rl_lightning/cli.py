@@ -105,8 +105,8 @@ class RLLightningCLI(LightningCLI):
         ckpt_path = config.get("ckpt_path")
         if ckpt_path is None and subcommand in ("validate", "test"):
             raise ConfigError(
-                f"{subcommand} needs --ckpt_path: evaluating freshly initialised weights is never what you want; "
-                f"pass --ckpt_path PATH (a .ckpt from a fit run) or --ckpt_path last"
+                f"{subcommand} needs --ckpt_path (without one it would evaluate freshly initialised weights); "
+                "pass --ckpt_path PATH (a .ckpt from a fit run) or --ckpt_path last (the newest last.ckpt of this run)"
             )
         if ckpt_path is None or ckpt_path == "last":  # 'last' is found once the logger's folder is known
             return
@@ -123,6 +123,8 @@ class RLLightningCLI(LightningCLI):
             callbacks = [*callbacks, EnvStepProgressBar()]
         try:
             return super()._instantiate_trainer(config, callbacks)
+        except ConfigError:
+            raise
         except (MisconfigurationException, ValueError, TypeError) as err:
             raise trainer_setting_error(err, config) from err
 
