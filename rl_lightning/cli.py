@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import signal
 import sys
 from collections.abc import Sequence
@@ -10,14 +11,18 @@ from typing import Any, NoReturn
 
 import lightning.pytorch as pl
 import torch
+from jsonargparse import Namespace
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import Callback, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from rl_lightning.algos.base import RLModule
 from rl_lightning.callbacks.progress import EnvStepProgressBar
+from rl_lightning.cli_args import check_yaml_syntax, join_negative_values
 from rl_lightning.errors import ConfigError, EnvError
-from rl_lightning.lineage import check_family
+from rl_lightning.lineage import check_env_spec, check_family, check_weights_fit, read_checkpoint
+from rl_lightning.trainer_errors import trainer_setting_error
 
 _REPO_ROOT = Path(__file__).resolve().parents[1]
 _SHARE_ROOT = Path(sys.prefix) / "share" / "rl_lightning"
@@ -63,7 +68,15 @@ def condense_error(message: str) -> str:
 
 
 class RLLightningCLI(LightningCLI):
-    """LightningCLI with env dims linked data → model, a thread-count knob, and RL-aware resume checks."""
+    """LightningCLI with env dims linked data → model, a thread-count knob, and RL-aware checkpoint checks.
+
+    ``--ckpt_path`` restores weights and training state only: the config the user gave (files and command-line
+    overrides) wins over the checkpoint's saved hyper-parameters. A checkpoint that cannot be read, was written by
+    another algorithm family, or was trained on an env of other observation/action shapes is refused with one line,
+    for ``fit``, ``validate`` and ``test`` alike; ``validate``/``test`` need a checkpoint (a path or ``last``).
+    """
+
+    _checkpoint: dict[str, Any] | None = None  # read by _parse_ckpt_path, checked against the model, then dropped
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument(
@@ -80,6 +93,29 @@ class RLLightningCLI(LightningCLI):
         if threads < 1:
             raise ConfigError(f"num_threads={threads}: must be >= 1 (1 is fastest for small nets on CPU)")
         torch.set_num_threads(threads)
+        if isinstance(config.get("trainer.callbacks"), list):
+            config["trainer.callbacks"] = one_callback_per_class(config["trainer.callbacks"])
+
+    def _parse_ckpt_path(self) -> None:
+        """Check ``--ckpt_path`` before any env or network is built, instead of LightningCLI's loading the
+        checkpoint's hyper-parameters over the user's config (which dropped their overrides and hid a foreign
+        checkpoint from every check)."""
+        subcommand = self.config.get("subcommand")
+        if subcommand is None:
+            return
+        config = self.config[subcommand]
+        ckpt_path = config.get("ckpt_path")
+        if ckpt_path is None and subcommand in ("validate", "test"):
+            raise ConfigError(
+                f"{subcommand} needs --ckpt_path (without one it would evaluate freshly initialised weights); "
+                "pass --ckpt_path PATH (a .ckpt from a fit run) or --ckpt_path last (the newest last.ckpt of this run)"
+            )
+        if ckpt_path is None or ckpt_path == "last":  # 'last' is found once the logger's folder is known
+            return
+        self._checkpoint = read_checkpoint(ckpt_path)
+        family = _model_family(config.get("model"))
+        if family:
+            check_family(self._checkpoint, family, source=f"ckpt_path={ckpt_path!r}")
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> pl.Trainer:
         configured = list(config.get("callbacks") or []) + list(callbacks)
@@ -87,18 +123,70 @@ class RLLightningCLI(LightningCLI):
             isinstance(cb, ProgressBar) for cb in configured
         ):
             callbacks = [*callbacks, EnvStepProgressBar()]
-        return super()._instantiate_trainer(config, callbacks)
+        try:
+            return super()._instantiate_trainer(config, callbacks)
+        except ConfigError:
+            raise
+        except (MisconfigurationException, ValueError, TypeError) as err:
+            raise trainer_setting_error(err, config) from err
 
     def before_fit(self) -> None:
+        self._check_checkpoint_fits()
+
+    def before_validate(self) -> None:
+        self._check_checkpoint_fits()
+
+    def before_test(self) -> None:
+        self._check_checkpoint_fits()
+
+    def _check_checkpoint_fits(self) -> None:
+        """Resolve ``ckpt_path=last``, then refuse a checkpoint whose env shapes or weights do not fit the model."""
         kwargs = self.config_init[self.subcommand]
         ckpt_path = kwargs.get("ckpt_path")
         if ckpt_path == "last":
-            kwargs["ckpt_path"] = ckpt_path = _find_last_checkpoint(self.trainer)
-        if ckpt_path:
-            _check_checkpoint(ckpt_path, self.model)
+            kwargs["ckpt_path"] = ckpt_path = _find_last_checkpoint(self.trainer, required=self.subcommand != "fit")
+            if ckpt_path is not None:
+                self._checkpoint = read_checkpoint(ckpt_path)
+                if isinstance(self.model, RLModule):
+                    check_family(self._checkpoint, self.model.family, source=f"ckpt_path=last ({ckpt_path})")
+        checkpoint, self._checkpoint = self._checkpoint, None
+        if checkpoint is None or not isinstance(self.model, RLModule):
+            return
+        source = f"ckpt_path={ckpt_path!r}"
+        check_env_spec(checkpoint, self.model.env_spec, source=source)
+        check_weights_fit(checkpoint, self.model, source=source)
 
 
-def _find_last_checkpoint(trainer: pl.Trainer) -> str | None:
+def one_callback_per_class(callbacks: list[Any]) -> list[Any]:
+    """One callback per class: a later entry replaces an earlier one of the same ``class_path``, in its place.
+
+    So ``--config ppo.yaml --config callbacks/eval.yaml`` runs the fragment's ``Evaluation`` instead of a second one
+    fighting over the same ``eval/*`` keys; the bundled callback's position (and so the order) is kept.
+    """
+    kept: list[Any] = []
+    position: dict[str, int] = {}
+    for callback in callbacks:
+        class_path = callback.get("class_path") if isinstance(callback, Namespace | dict) else None
+        if class_path in position:
+            kept[position[class_path]] = callback
+            continue
+        if class_path is not None:
+            position[class_path] = len(kept)
+        kept.append(callback)
+    return kept
+
+
+def _model_family(model_config: Any) -> str | None:
+    """The ``family`` of the configured model class (``ppo``, ``spo``, ``dreamer``), without building it."""
+    class_path = model_config.get("class_path") if isinstance(model_config, Namespace | dict) else None
+    if not class_path:
+        return None
+    module_name, _, name = class_path.rpartition(".")
+    model_class = getattr(importlib.import_module(module_name), name, None)
+    return getattr(model_class, "family", None) or None
+
+
+def _find_last_checkpoint(trainer: pl.Trainer, required: bool) -> str | None:
     """Newest ``last*.ckpt`` of any earlier version of this run (its logger's ``save_dir/name``), if one exists."""
     roots = []
     logger = trainer.logger
@@ -108,19 +196,15 @@ def _find_last_checkpoint(trainer: pl.Trainer) -> str | None:
         if getattr(callback, "dirpath", None):
             roots.append(Path(callback.dirpath))
     found = [p for root in roots if root.exists() for p in root.rglob("last*.ckpt")]
+    if not found and required:
+        raise ConfigError(
+            f"ckpt_path=last: no last*.ckpt under {[str(r) for r in roots]}; pass --ckpt_path PATH, or the same "
+            "trainer.logger save_dir/name as the fit run"
+        )
     if not found:
         pl.utilities.rank_zero_warn(f"ckpt_path=last: no last*.ckpt under {[str(r) for r in roots]}; starting fresh")
         return None
     return str(max(found, key=lambda p: p.stat().st_mtime))
-
-
-def _check_checkpoint(ckpt_path: str, model: pl.LightningModule) -> None:
-    path = Path(ckpt_path)
-    if not path.is_file():
-        raise ConfigError(f"ckpt_path={ckpt_path!r}: no such file; pass an existing .ckpt or 'last'")
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    if isinstance(model, RLModule):
-        check_family(checkpoint, model.family, source=f"ckpt_path={ckpt_path!r}")
 
 
 def bundled_dirs() -> list[Path]:
@@ -151,21 +235,29 @@ def resolve_config(value: str) -> str:
 
 
 def resolve_config_args(args: Sequence[str]) -> list[str]:
-    """Rewrite every ``--config X`` / ``--config=X`` so bundled names work from any directory."""
+    """Rewrite every ``--config X`` / ``--config=X`` so bundled names work from any directory (and check its YAML
+    syntax), and join ``--key -1e-3`` into ``--key=-1e-3``."""
     out: list[str] = []
     expect_value = False
-    for arg in args:
+    for arg in join_negative_values(args):
         if expect_value:
-            out.append(resolve_config(arg))
+            out.append(_checked_config(arg))
             expect_value = False
         elif arg == "--config":
             out.append(arg)
             expect_value = True
         elif arg.startswith("--config="):
-            out.append("--config=" + resolve_config(arg.split("=", 1)[1]))
+            out.append("--config=" + _checked_config(arg.split("=", 1)[1]))
         else:
             out.append(arg)
     return out
+
+
+def _checked_config(value: str) -> str:
+    resolved = resolve_config(value)
+    if Path(resolved).is_file():
+        check_yaml_syntax(resolved)
+    return resolved
 
 
 def cli_main(args: Sequence[str] | None = None, run: bool = True) -> RLLightningCLI:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,7 +46,7 @@ def weights_digest(module: nn.Module) -> str:
 
 
 def check_family(checkpoint: dict[str, Any], family: str, source: str = "checkpoint") -> None:
-    """Raise ``ValueError`` if ``checkpoint`` was written by another algorithm family than ``family``."""
+    """Raise ``ConfigError`` if ``checkpoint`` was written by another algorithm family than ``family``."""
     revision = checkpoint.get(REVISION_KEY)
     if revision is None:
         raise ConfigError(
@@ -57,3 +58,64 @@ def check_family(checkpoint: dict[str, Any], family: str, source: str = "checkpo
             f"{source}: was written by algorithm family '{revision.get('family')}', but the model is '{family}'; "
             f"resume with the same model class_path or pass a '{family}' checkpoint"
         )
+
+
+def read_checkpoint(path: str, source: str = "ckpt_path") -> dict[str, Any]:
+    """Load a Lightning checkpoint on CPU, or raise a one-line ``ConfigError`` naming the file and the fix."""
+    where = f"{source}={path!r}"
+    if not Path(path).is_file():
+        raise ConfigError(f"{where}: no such file; pass an existing .ckpt (or 'last' to take the newest last.ckpt)")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # noqa: BLE001 - every way a damaged file fails to unpickle is the same user error
+        reason = " ".join(str(err).split()).split(". ")[0].rstrip(".") or type(err).__name__
+        raise ConfigError(
+            f"{where}: cannot be read as a checkpoint ({reason}); the file is truncated or not a .ckpt: "
+            "pass an intact checkpoint, e.g. an earlier one from the run's checkpoints/ folder"
+        ) from None
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise ConfigError(
+            f"{where}: is not a Lightning checkpoint (no 'state_dict'); pass a .ckpt an rl-lightning run saved"
+        )
+    return checkpoint
+
+
+def _spec_shape(spec: Any) -> dict[str, Any]:
+    keys = ("obs_shape", "obs_dtype", "discrete", "num_actions", "action_shape", "has_action_mask")
+    return {key: getattr(spec, key, None) for key in keys}
+
+
+def _describe(spec: Any) -> str:
+    actions = f"{spec.num_actions} discrete actions" if spec.discrete else f"actions {tuple(spec.action_shape)}"
+    mask = ", masked" if spec.has_action_mask else ""
+    return f"'{spec.name}' (obs {tuple(spec.obs_shape)} {spec.obs_dtype}, {actions}{mask})"
+
+
+def check_env_spec(checkpoint: dict[str, Any], spec: Any, source: str = "checkpoint") -> None:
+    """Raise ``ConfigError`` if ``checkpoint`` was trained on an env with other observation or action shapes."""
+    saved = checkpoint.get("hyper_parameters", {}).get("env_spec")
+    if saved is None or _spec_shape(saved) == _spec_shape(spec):
+        return
+    raise ConfigError(
+        f"{source}: was trained on env {_describe(saved)}, but data.env gives {_describe(spec)}; "
+        "use the env the checkpoint was trained on, or start a fresh run without --ckpt_path"
+    )
+
+
+def check_weights_fit(checkpoint: dict[str, Any], module: nn.Module, source: str = "checkpoint") -> None:
+    """Raise ``ConfigError`` if the checkpoint's weights do not load into ``module`` (other network settings)."""
+    saved = checkpoint["state_dict"]
+    own = module.state_dict()
+    missing = sorted(set(own) - set(saved))
+    extra = sorted(set(saved) - set(own))
+    wrong = [k for k in own if k in saved and tuple(saved[k].shape) != tuple(own[k].shape)]
+    if not (missing or extra or wrong):
+        return
+    if wrong:
+        detail = f"'{wrong[0]}' is {tuple(saved[wrong[0]].shape)} there but {tuple(own[wrong[0]].shape)} in the model"
+    else:
+        detail = f"weights missing from it: {missing[:3]}" if missing else f"weights the model lacks: {extra[:3]}"
+    raise ConfigError(
+        f"{source}: its weights do not fit the configured model ({detail}); "
+        "use the model settings (e.g. model.init_args.hidden_sizes) the checkpoint was trained with"
+    )
