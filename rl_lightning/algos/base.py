@@ -13,6 +13,7 @@ from tensordict import TensorDict
 
 from rl_lightning.envs.base import BatchedEnv, EnvSpec
 from rl_lightning.errors import ConfigError
+from rl_lightning.lightning_notices import silence_lightning_notices
 from rl_lightning.lineage import REVISION_KEY, PolicyRevision, check_family, weights_digest
 
 COUNTERS_KEY = "rl_counters"
@@ -36,6 +37,7 @@ class RLModule(pl.LightningModule):
 
     def __init__(self, env_spec: EnvSpec | None = None) -> None:
         super().__init__()
+        silence_lightning_notices()  # before the Trainer sees this module: its checks warn about our design
         if env_spec is None:
             raise ConfigError(
                 f"{type(self).__name__}: env_spec is missing; run through `rl-lightning` (it links data.env_spec) "
