@@ -149,15 +149,32 @@ class RLModule(pl.LightningModule):
     def log_update(self, metrics: dict[str, Any]) -> None:
         """Log one update's metrics once (``log_dict``), against env steps; keep them in ``last_metrics``.
 
+        Under DDP every logged value is the mean over ranks, taken here in one collective per update: each
+        rank computes ``train/*`` on its own rollout, while the gradients (hence the weights) are the all-reduced
+        ones, so the mean is the loss of the global batch the step actually took. Every rank then holds the same
+        numbers, so callbacks that monitor them decide alike on all ranks. ``last_metrics`` keeps this rank's own
+        values (what ``FailFast`` checks and replays).
+
         NaN scalars (e.g. episode stats of a rollout in which no episode finished) are kept in ``last_metrics``
         but not logged. That check reads each scalar once per update, outside the hot loops.
         """
-        metrics = dict(metrics)
-        metrics["env_steps"] = float(self.env_steps)
-        metrics["updates"] = float(self.updates)
-        metrics["step"] = float(self.env_steps)  # TensorBoard x-axis: env steps
-        self.last_metrics = metrics
-        self.log_dict({k: v for k, v in metrics.items() if not _is_nan(v)}, on_step=True, batch_size=1)
+        counters = {  # global already
+            "env_steps": float(self.env_steps),
+            "updates": float(self.updates),
+            "step": float(self.env_steps),  # TensorBoard x-axis: env steps
+        }
+        self.last_metrics = {**metrics, **counters}
+        logged = {**self._mean_over_ranks(metrics), **counters}
+        self.log_dict({k: v for k, v in logged.items() if not _is_nan(v)}, on_step=True, batch_size=1)
+
+    def _mean_over_ranks(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """``metrics`` averaged over ranks in one all-reduce (identity on a single process)."""
+        if self._trainer is None or self.trainer.world_size == 1 or not metrics:
+            return metrics
+        names = sorted(metrics)  # every rank logs the same keys; sorting fixes their order in the collective
+        stacked = torch.stack([torch.as_tensor(metrics[k], dtype=torch.float32, device=self.device) for k in names])
+        reduced = self.trainer.strategy.reduce(stacked.detach(), reduce_op="mean")
+        return dict(zip(names, reduced.unbind()))
 
     def mark_update(self) -> None:
         """Call once per learner update, after the weights changed."""
