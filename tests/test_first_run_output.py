@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.warning_lines import warning_lines
+
 ROOT = Path(__file__).resolve().parents[1]
-# How warnings reach a terminal: Python's "file.py:LINE: Category: msg", Lightning's shorter "file.py:LINE: msg"
-# (it drops the category for its own warnings), and Lightning's INFO-level "💡 Tip:" adverts.
-WARNING_LINE = re.compile(r"\.py:\d+: |warn|💡|Tip:", re.IGNORECASE)
 
 
 def test_first_fit_of_ppo_yaml_prints_no_warning(tmp_path):
@@ -25,5 +23,4 @@ def test_first_fit_of_ppo_yaml_prints_no_warning(tmp_path):
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert list((tmp_path / "runs").rglob("events.out.tfevents.*")), "the run logged nothing: not a real first fit"
-    output = (done.stdout + done.stderr).splitlines()
-    assert [line for line in output if WARNING_LINE.search(line)] == []
+    assert warning_lines(done.stdout + done.stderr) == []

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from tests.warning_lines import warning_lines
+
 ROOT = Path(__file__).resolve().parents[1]
 NUM_ENVS, NUM_STEPS, UPDATES, NODES = 8, 8, 3, 2
 PER_RANK_UPDATE = NUM_ENVS * NUM_STEPS  # env steps one rank collects per update
@@ -78,6 +80,7 @@ def test_two_nodes_train_ppo_with_identical_weights_and_a_global_env_step_budget
     done = _launch_nodes(tmp_path)
     for rank, node in enumerate(done):
         assert node.returncode == 0, f"node {rank}:\n{node.stderr[-3000:]}"
+        assert warning_lines(node.stdout + node.stderr) == []  # no sync_dist advice, no Lightning notices
     ranks = [json.loads((tmp_path / "ranks" / f"rank{r}.json").read_text()) for r in range(NODES)]
 
     for rank, record in enumerate(ranks):
