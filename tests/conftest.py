@@ -1,13 +1,25 @@
-"""Shared fixtures: RNG hygiene, quiet Lightning, and small PPO runs."""
+"""Shared fixtures: RNG hygiene, quiet Lightning logs, a clean argv, and the project's warning filters under -W."""
 
 from __future__ import annotations
 
 import logging
 import random
-import warnings
+import sys
 
 import pytest
 import torch
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Apply pyproject's targeted ``filterwarnings`` also as marks.
+
+    pytest applies ``-W`` after the ini filters, so ``pytest -W error`` would turn even those documented ignores
+    into errors; marks rank above ``-W``. Everything they do not name still fails under ``-W error``.
+    """
+    marks = [pytest.mark.filterwarnings(spec) for spec in config.getini("filterwarnings")]
+    for item in items:
+        for mark in marks:
+            item.add_marker(mark, append=False)
 
 
 @pytest.fixture(autouse=True)
@@ -23,8 +35,16 @@ def _restore_rng_and_threads():
 
 
 @pytest.fixture(autouse=True)
-def _quiet_lightning():
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+def _quiet_lightning_logs():
+    """Lightning's INFO lines (GPU available, model summary) would drown test output; warnings are not touched."""
+    logger = logging.getLogger("lightning.pytorch")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    yield
+    logger.setLevel(level)
+
+
+@pytest.fixture(autouse=True)
+def _clean_argv(monkeypatch):
+    """In-process CLI runs see the argv a user's process would, not pytest's own options (LightningCLI warns)."""
+    monkeypatch.setattr(sys, "argv", [sys.argv[0]])

@@ -10,6 +10,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from rl_lightning.callbacks import Evaluation
 from rl_lightning.lineage import weights_digest
 from tests.helpers import tiny_dreamer, tiny_ppo, tiny_spo, trainer
 
@@ -26,6 +27,8 @@ class Record(Callback):
                 "env_steps": pl_module.env_steps,
                 "first_obs": rollout["obs"][0].flatten().tolist(),
                 "episode_return": float(pl_module.last_metrics.get("rollout/episode_return", float("nan"))),
+                "train": {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("train/")},
+                "own_train": {k: float(v) for k, v in pl_module.last_metrics.items() if k.startswith("train/")},
             }
         )
 
@@ -40,7 +43,9 @@ def main(out_dir: str, algo: str) -> None:
     else:
         module, dm = tiny_ppo(total_env_steps=64 * 2 * 3)  # 3 updates of 64 steps on each of 2 ranks
     record = Record()
-    t = trainer(out_dir, callbacks=[record], strategy="ddp", devices=2)
+    # Only the end-of-fit evaluation fires (every_n_updates beyond the run): it logs eval/* at epoch level.
+    evaluation = Evaluation(every_n_updates=1_000, num_episodes=2, max_steps=50)
+    t = trainer(out_dir, callbacks=[record, evaluation], strategy="ddp", devices=2)
     t.fit(module, dm)
     Path(out_dir, f"rank{t.global_rank}.json").write_text(json.dumps({"rows": record.rows, "updates": module.updates}))
 

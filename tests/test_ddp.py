@@ -26,6 +26,7 @@ def test_ddp_two_cpu_processes(tmp_path, algo):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "sync_dist" not in done.stderr  # Lightning's advice for per-rank epoch-level logs: ours are global
     rank0 = json.loads((tmp_path / "rank0.json").read_text())
     rank1 = json.loads((tmp_path / "rank1.json").read_text())
     assert rank0["updates"] == rank1["updates"] == 3
@@ -34,5 +35,8 @@ def test_ddp_two_cpu_processes(tmp_path, algo):
         assert a["first_obs"] != b["first_obs"]  # ranks seed their envs differently
         both_nan = math.isnan(a["episode_return"]) and math.isnan(b["episode_return"])
         assert both_nan or a["episode_return"] == b["episode_return"]  # global (synced); NaN: none finished
+        assert a["train"] == b["train"]  # logged train/* are means over ranks: the global batch's losses...
+        assert not a["own_train"] or a["own_train"] != b["own_train"]  # ...each rank's own differ (own rollout)
+    assert any(row["train"] for row in rank0["rows"])
     per_update = 16 if algo == "dreamer" else 128
     assert [r["env_steps"] for r in rank0["rows"]] == [per_update, 2 * per_update, 3 * per_update]  # both ranks

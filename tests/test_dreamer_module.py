@@ -160,7 +160,8 @@ def test_resume_continues_without_a_ratio_burst(tmp_path, save_replay):
     per_cycle: list[int] = []
     sample = resumed_dm._sample
     resumed_dm._sample = lambda due: (per_cycle.append(due), sample(due))[1]
-    trainer(tmp_path / "b").fit(resumed, resumed_dm, ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
+    with pytest.warns(UserWarning, match="callbacks used to create the checkpoint"):  # resumed without RLCheckpoint
+        trainer(tmp_path / "b").fit(resumed, resumed_dm, ckpt_path=str(tmp_path / "ckpt" / "last.ckpt"))
     assert resumed_dm.env_steps == 48
     if save_replay:
         assert weights_digest(resumed) == weights_digest(straight)

@@ -39,7 +39,8 @@ def test_resume_continues_exactly_where_it_stopped(tmp_path):
     straight, straight_dm, straight_rows, straight_eval = _fit(tmp_path / "a", 6)
     first, _, first_rows, _ = _fit(tmp_path / "b", 3)
     last = tmp_path / "b" / "ckpt" / "last.ckpt"
-    resumed, resumed_dm, resumed_rows, evaluation = _fit(tmp_path / "b", 6, ckpt_path=str(last))
+    with pytest.warns(UserWarning, match="exists and is not empty"):  # resumes into its own checkpoint dir
+        resumed, resumed_dm, resumed_rows, evaluation = _fit(tmp_path / "b", 6, ckpt_path=str(last))
     assert first.updates == 3
     assert resumed.updates == 6
     assert resumed.policy_version == 6

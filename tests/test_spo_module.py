@@ -149,7 +149,7 @@ def test_critic_targets_come_from_the_target_critic():
     _, targets = generalized_advantage_estimate(
         batch[keys.REWARD], target_v, target_next, batch[keys.TERMINATED], batch[keys.TRUNCATED], 0.99, 0.95
     )
-    assert float(loss) == pytest.approx(float(0.5 * (online_v - targets).square().mean()), rel=1e-5)
+    assert float(loss.detach()) == pytest.approx(float(0.5 * (online_v - targets).square().mean()), rel=1e-5)
 
 
 def test_gymnasium_snapshots_never_leak(tmp_path):
@@ -276,7 +276,9 @@ def _fit(tmp_path, budget_updates, ckpt_path=None):
 def test_resume_with_saved_replay_is_exact(tmp_path):
     straight, straight_dm, straight_rows = _fit(tmp_path / "a", 4)
     _, _, first_rows = _fit(tmp_path / "b", 2)
-    resumed, resumed_dm, resumed_rows = _fit(tmp_path / "b", 4, ckpt_path=str(tmp_path / "b" / "ckpt" / "last.ckpt"))
+    last = str(tmp_path / "b" / "ckpt" / "last.ckpt")
+    with pytest.warns(UserWarning, match="exists and is not empty"):  # resumes into its own checkpoint dir
+        resumed, resumed_dm, resumed_rows = _fit(tmp_path / "b", 4, ckpt_path=last)
     assert resumed.updates == 4
     assert resumed_dm.env_steps == straight_dm.env_steps == 128
     assert first_rows + resumed_rows == straight_rows
@@ -338,7 +340,8 @@ def test_resume_without_saved_replay_refills_the_ring(tmp_path):
     assert len(dm.replay) == 64
     resumed, resumed_dm = tiny_spo(total_env_steps=128)
     last = str(tmp_path / "ckpt" / "last.ckpt")
-    trainer(tmp_path, enable_checkpointing=True).fit(resumed, resumed_dm, ckpt_path=last)
+    with pytest.warns(UserWarning, match="callbacks used to create the checkpoint"):  # resumed without RLCheckpoint
+        trainer(tmp_path, enable_checkpointing=True).fit(resumed, resumed_dm, ckpt_path=last)
     assert resumed.updates == 4
     assert resumed_dm.env_steps == 128
     assert len(resumed_dm.replay) == 64  # restarted empty, refilled by the two new rollouts only

@@ -278,8 +278,9 @@ def test_critic_loss_uses_gae_targets_not_search_value():
     targets = critic_targets(reward, target_value, target_next_value, terminated, truncated, 0.99, 0.95)
     loss = critic_loss(online_value, targets, vf_coef=2.0)
     expected_targets = _naive_targets(reward, target_value, target_next_value, terminated, truncated, 0.99, 0.95)
+    values = online_value.detach()
     expected = 2.0 * sum(
-        0.5 * (float(online_value[t, b]) - float(expected_targets[t, b])) ** 2 for t in range(6) for b in range(2)
+        0.5 * (float(values[t, b]) - float(expected_targets[t, b])) ** 2 for t in range(6) for b in range(2)
     )
     assert loss.item() == pytest.approx(expected / 12)
     for fn in (critic_loss, critic_targets):

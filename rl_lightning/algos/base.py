@@ -14,6 +14,7 @@ from tensordict import TensorDict
 from rl_lightning.env_step_log import finite_only, log_at_env_step, to_floats
 from rl_lightning.envs.base import BatchedEnv, EnvSpec
 from rl_lightning.errors import ConfigError
+from rl_lightning.lightning_notices import silence_lightning_notices
 from rl_lightning.lineage import REVISION_KEY, PolicyRevision, check_family, weights_digest
 
 COUNTERS_KEY = "rl_counters"
@@ -37,6 +38,7 @@ class RLModule(pl.LightningModule):
 
     def __init__(self, env_spec: EnvSpec | None = None) -> None:
         super().__init__()
+        silence_lightning_notices()  # before the Trainer sees this module: its checks warn about our design
         if env_spec is None:
             raise ConfigError(
                 f"{type(self).__name__}: env_spec is missing; run through `rl-lightning` (it links data.env_spec) "
@@ -148,18 +150,32 @@ class RLModule(pl.LightningModule):
     def log_update(self, metrics: dict[str, Any]) -> None:
         """Log one update's metrics once, as one point each at the current env step; keep them in ``last_metrics``.
 
+        Under DDP every logged value is the mean over ranks, taken here in one collective per update: each
+        rank computes ``train/*`` on its own rollout, while the gradients (hence the weights) are the all-reduced
+        ones, so the mean is the loss of the global batch the step actually took. Every rank then holds the same
+        numbers, so callbacks that monitor them decide alike on all ranks. ``last_metrics`` keeps this rank's own
+        values (what ``FailFast`` checks and replays).
+
         NaN scalars (e.g. episode stats of a rollout in which no episode finished) are kept in ``last_metrics``
         but not logged. The values are read back once per update (one host sync), outside the hot loops.
         ``log_dict(logger=False)`` feeds monitors and the progress bar; ``log_at_env_step`` writes the loggers.
         """
-        metrics = dict(metrics)
-        metrics["env_steps"] = float(self.env_steps)
-        metrics["updates"] = float(self.updates)
-        self.last_metrics = metrics
-        scalars = finite_only(to_floats(metrics))
-        self.log_dict({k: metrics[k] for k in scalars}, on_step=True, batch_size=1, logger=False)
+        counters = {"env_steps": float(self.env_steps), "updates": float(self.updates)}  # global already
+        self.last_metrics = {**metrics, **counters}
+        logged = {**self._mean_over_ranks(metrics), **counters}
+        scalars = finite_only(to_floats(logged))
+        self.log_dict({k: logged[k] for k in scalars}, on_step=True, batch_size=1, logger=False)
         if self._trainer is not None:
             log_at_env_step(self.trainer, scalars, self.env_steps)
+
+    def _mean_over_ranks(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """``metrics`` averaged over ranks in one all-reduce (identity on a single process)."""
+        if self._trainer is None or self.trainer.world_size == 1 or not metrics:
+            return metrics
+        names = sorted(metrics)  # every rank logs the same keys; sorting fixes their order in the collective
+        stacked = torch.stack([torch.as_tensor(metrics[k], dtype=torch.float32, device=self.device) for k in names])
+        reduced = self.trainer.strategy.reduce(stacked.detach(), reduce_op="mean")
+        return dict(zip(names, reduced.unbind()))
 
     def mark_update(self) -> None:
         """Call once per learner update, after the weights changed."""

@@ -130,12 +130,16 @@ class Evaluation(Callback):
         metrics = {
             "eval/episode_return": mean_return,
             "eval/episode_length": trainer.strategy.reduce(lengths.mean(), reduce_op="mean"),
-            "eval/random_episode_return": torch.tensor(self.random_return),
+            "eval/random_episode_return": torch.tensor(self.random_return, device=pl_module.device),  # reducible
             "eval/margin_over_random": mean_return - self.random_return,
         }
         record = to_floats(metrics)
         if not trainer.sanity_checking and trainer.state.fn == "fit" and trainer.training:
-            pl_module.log_dict(metrics, on_step=on_step, on_epoch=not on_step, batch_size=1, logger=False)
+            # Already means over ranks (reduced above), so identical on every rank: sync_dist says so to Lightning
+            # (its epoch-level check warns otherwise) and averaging equal values changes nothing.
+            pl_module.log_dict(
+                metrics, on_step=on_step, on_epoch=not on_step, batch_size=1, logger=False, sync_dist=True
+            )
             log_at_env_step(trainer, record, pl_module.env_steps)
         self.last_updates = pl_module.updates
         self.eval_seconds += time.perf_counter() - start
