@@ -33,5 +33,10 @@ class FinishedEpisodes:
         }
 
     def reset(self) -> None:
+        """Start new sums (torchmetrics allocates new state tensors on the current stream)."""
         for metric in self._sums.values():
             metric.reset()
+
+    def tensors(self) -> list[torch.Tensor]:
+        """The state tensors ``update`` adds into, for cross-stream hand-offs (``StreamHandOff.keep_*``)."""
+        return [state for metric in self._sums.values() for state in metric.metric_state.values()]
