@@ -281,6 +281,9 @@ class DreamerDataModule(OnPolicyDataModule):
         assert self.collector is not None
         assert self.handoff is not None
         sums = self.collector.finished
+        if not sums.updated:  # no window yet (first cycle of a run or a resume): nothing to read or reset
+            device = self.collector.env.device
+            return {key: torch.full((), float("nan"), device=device) for key in ("episode_return", "episode_length")}
         self.handoff.keep_for_reader(sums.tensors())  # reset drops them while this stream may still read them
         stats = self.collector.episode_stats()
         self.handoff.keep_for_writer(sums.tensors())  # reset allocated them on this stream; the actor adds into them

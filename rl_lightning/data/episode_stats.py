@@ -24,6 +24,11 @@ class FinishedEpisodes:
         self._sums["length"].update((lengths * weight).sum())
         self._sums["count"].update(weight.sum())
 
+    @property
+    def updated(self) -> bool:
+        """``update`` was called since the last ``reset`` (a host-side count: no sync)."""
+        return self._sums["count"].update_count > 0
+
     def compute(self) -> dict[str, torch.Tensor]:
         """``episode_return``/``episode_length`` means since the last ``reset`` (synced over ranks)."""
         count = self._sums["count"].compute()
