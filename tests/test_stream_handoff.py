@@ -201,11 +201,12 @@ def test_weight_hand_off_waits_for_learner_and_actor_then_publishes_the_event(mo
         ops.access("actor_weights", "read")  # the running window reads the old copy
     module = _Module(policy_version=1, actor_version=0, policy_ready_event=None)
     sync.hand_off(module, actor.writer)
-    assert ops.log[1:5] == [
+    assert ops.log[1:6] == [
         ("wait_stream", "side", "learner"),  # the learner's optimiser step has run
         ("wait_stream", "side", "actor"),  # the running window has read the old copy
         ("write", "actor_weights", "side"),
         ("record", "side"),  # policy_ready_event, after the copy
+        ("wait_event", "learner"),  # the learner's next step overwrites what the copy reads
     ]
     assert module.policy_ready_event is not None
     assert module.actor_version == 1
@@ -214,6 +215,7 @@ def test_weight_hand_off_waits_for_learner_and_actor_then_publishes_the_event(mo
     actor.wait(module.policy_ready_event)  # what the next window does first
     with ops.use(actor.writer):
         ops.access("actor_weights", "read")
+    ops.access("actor_weights", "read")  # e.g. Evaluation acting on the learner's stream after the hand-off
     assert ops.order.violations == []
     with ops.use(FakeStream("eval")):  # a reader that skips the wait races the copy
         ops.access("actor_weights", "read")

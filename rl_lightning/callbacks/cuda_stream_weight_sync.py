@@ -25,7 +25,8 @@ class CUDAStreamWeightSync(Callback):
     1. the side stream waits on the learner's stream (it must read the final parameters) and on the datamodule's
        ``actor_stream`` (the running actor window must finish reading the old copy before it is overwritten);
     2. on the side stream, ``_foreach_copy_`` learner → actor (parameters and buffers);
-    3. records ``module.policy_ready_event`` on the side stream and sets ``module.actor_version``;
+    3. records ``module.policy_ready_event`` on the side stream and sets ``module.actor_version``; the learner's
+       stream waits on it too, since its next optimiser step overwrites the weights being read;
     4. the actor stream waits on that event before its next window (``DreamerDataModule``).
 
     No host sync: nothing waits on the CPU. On CPU there are no streams and nothing to copy: the actor aliases the
@@ -96,6 +97,9 @@ class CUDAStreamWeightSync(Callback):
         with ops.use(self.stream), torch.no_grad():
             torch._foreach_copy_(self._dst, self._src, non_blocking=True)
             event = ops.record(self.stream)
+        # The learner's next optimiser step overwrites what the copy reads. Its next cycle waits for the running
+        # window anyway (to sample its rows), so this costs no overlap.
+        ops.wait_event(ops.current(self.stream), event)
         pl_module.policy_ready_event = event  # type: ignore[assignment]
         pl_module.actor_version = pl_module.policy_version  # type: ignore[attr-defined]
         self.syncs += 1
