@@ -10,11 +10,27 @@ Each ``next()`` is one cycle of the engine (both engines share the functional co
 In the async engine the actor window and the learner's update run concurrently on the GPU; the learner only
 samples rows whose commit event it waited on, and never the oldest ``safety_margin`` rows that the running
 window may be overwriting. The actor acts with weights one update old (``policy/lag`` shows it).
+
+Cross-stream hand-offs of the async engine (``StreamHandOff``; every one explicit, none by luck of timing)::
+
+    learner stream:  wait(window k−1 done) → read+reset episode stats → sample ring → [update k …]
+    actor stream:                               wait(learner so far) + wait(policy_ready_event) → window k → done
+
+* the learner waits for window ``k−1`` before it reads what that window wrote (rows, episode sums, env state), so
+  ``rollout/*`` of window ``k−1`` are logged in cycle ``k`` (one cycle late, like ``perf/actor_ms``);
+* window ``k`` waits for the learner's reads of cycle ``k`` (the ring rows it sampled, the sums it reset) before it
+  overwrites them, but not for update ``k``, which still overlaps it;
+* memory one stream allocated and the other uses is ``record_stream``-ed (ring storage and episode sums), and what
+  the actor owns (collector, env, player, ring storage) is allocated on the actor stream;
+* ``state_dict`` (checkpoints) waits for the last window before it reads the actor's state, ``teardown`` before it
+  frees it.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +42,7 @@ from rl_lightning.data.on_policy import OnPolicyDataModule, Rollout, _gather_per
 from rl_lightning.data.ratio import Ratio
 from rl_lightning.data.replay import ReplayRing, check_sequence_replay
 from rl_lightning.data.sequence_collector import SequenceCollector
+from rl_lightning.data.stream_handoff import StreamHandOff
 from rl_lightning.data.timing import PhaseTimer
 from rl_lightning.envs.base import BatchedEnv, TorchEnv
 from rl_lightning.errors import ConfigError
@@ -130,7 +147,8 @@ class DreamerDataModule(OnPolicyDataModule):
         self.save_replay = save_replay
         self.replay: ReplayRing | None = None
         self.sample_generator: torch.Generator | None = None
-        self.actor_stream: Any = None
+        #: async engine: orders the actor stream against the learner's; ``None`` in the cpu engine.
+        self.handoff: StreamHandOff | None = None
         self.local_gradient_steps = 0
         self.train_start: int | None = None  # local policy steps before the first training cycle
         self._player: Any = None
@@ -152,25 +170,46 @@ class DreamerDataModule(OnPolicyDataModule):
 
     @property
     def async_engine(self) -> bool:
-        return self.actor_stream is not None
+        return self.handoff is not None
+
+    @property
+    def actor_stream(self) -> Any:
+        """The actor's CUDA stream in the async engine (``None`` in the cpu engine)."""
+        return self.handoff.writer if self.handoff is not None else None
 
     def _make_collector(self, env: BatchedEnv, seed: int) -> SequenceCollector:
-        return SequenceCollector(env, seed=seed)
+        with self._actor_side():  # the collector's tensors are the actor's: allocate them on its stream
+            return SequenceCollector(env, seed=seed)
+
+    def _make_handoff(self, device: torch.device) -> StreamHandOff | None:
+        """The actor stream's hand-off in the async engine, else ``None`` (a seam for CPU tests of the order)."""
+        if device.type == "cuda" and self.engine in ("auto", "cuda_async"):
+            return StreamHandOff(torch.cuda.Stream(device))
+        return None
+
+    @contextmanager
+    def _actor_side(self) -> Iterator[None]:
+        """Run the body on the actor stream, ordered after the learner's work so far (no-op in the cpu engine)."""
+        if self.handoff is None:
+            yield
+            return
+        with self.handoff.writing():
+            yield
 
     def setup(self, stage: str) -> None:
         if self.collector is not None:
             return
+        self.handoff = self._make_handoff(self._resolve_device())
         super().setup(stage)
         assert self.collector is not None
         device = self.collector.env.device
-        if device.type == "cuda" and self.engine in ("auto", "cuda_async"):
-            self.actor_stream = torch.cuda.Stream(device)
         seed = self.collector.generator.initial_seed() + 20_011
         self.sample_generator = torch.Generator(device=device).manual_seed(seed)
         self.replay = ReplayRing(self.capacity, self.num_envs, device, safety_margin=self.safety_margin)
         self._actor_timer = PhaseTimer(device)
         if self._restored is not None:
-            self._apply_replay_state(self._restored)
+            with self._actor_side():
+                self._apply_replay_state(self._restored)
 
     def check_fit_config(self, module: Any) -> None:
         """Configs that could never train are errors here, before any env exists."""
@@ -206,15 +245,18 @@ class DreamerDataModule(OnPolicyDataModule):
         if self.collector is None or self.replay is None:
             raise RuntimeError("DreamerDataModule.collect called before setup()")
         module = self.trainer.lightning_module
-        if self.async_engine:
+        if self.handoff is not None:
+            self.handoff.acquire()  # window k−1 is done: its rows, episode sums and env state are complete
             self.collector.env.check_outputs()  # NaN/inf of earlier windows, before their rows are sampled
+            episode = self._read_episode_stats()
             batches = self._sample(self._due())  # rows committed by earlier windows only
-            self._actor_window(module)
+            self._actor_window(module)  # after the reads above (StreamHandOff.writing), overlapping update k
         else:
             self._actor_window(module)
             self.collector.env.check_outputs()  # NaN/inf from the env: one host sync per window
             batches = self._sample(self._due())
-        update = DreamerUpdate(batches, self._stats(module))
+            episode = self.collector.episode_stats()
+        update = DreamerUpdate(batches, self._stats(module, episode))
         if batches is not None:
             self.last_rollout = Rollout(batches, update.stats)  # what FailFast saves to replay a bad update
         return update
@@ -232,21 +274,38 @@ class DreamerDataModule(OnPolicyDataModule):
                 self._load_player(self._restored["players"])
         return self._player
 
+    def _read_episode_stats(self) -> dict[str, torch.Tensor]:
+        """Async engine: episode stats of the last window, read and reset on the learner stream after ``acquire``.
+
+        Read before this cycle's window, not after it: reading them after would make the learner's stream wait for
+        the window and serialise the update behind it.
+        """
+        assert self.collector is not None
+        assert self.handoff is not None
+        sums = self.collector.finished
+        if not sums.updated:  # no window yet (first cycle of a run or a resume): nothing to read or reset
+            device = self.collector.env.device
+            return {key: torch.full((), float("nan"), device=device) for key in ("episode_return", "episode_length")}
+        self.handoff.keep_for_reader(sums.tensors())  # reset drops them while this stream may still read them
+        stats = self.collector.episode_stats()
+        self.handoff.keep_for_writer(sums.tensors())  # reset allocated them on this stream; the actor adds into them
+        return stats
+
     def _actor_window(self, module: Any) -> None:
         assert self.collector is not None
         assert self.replay is not None
         assert self._actor_timer is not None
-        stream = self.actor_stream
-        with torch.cuda.stream(stream) if stream is not None else _nullcontext():
-            if stream is not None and module.policy_ready_event is not None:
-                stream.wait_event(module.policy_ready_event)
+        handoff, stream = self.handoff, self.actor_stream
+        with self._actor_side():
+            if handoff is not None:
+                handoff.wait(module.policy_ready_event)  # the actor copy's weights are fully copied
             self._actor_timer.start(stream)
             policy = self._policy(module)
             done = 0
             while done < self.rollout_length:
                 ticks = min(self.commit_stride, self.rollout_length - done)
                 self.replay.add(self.collector.rollout(policy, ticks, module.actor_policy_version()))
-                self.replay.commit(_record_event(stream))
+                self.replay.commit(handoff.record() if handoff is not None else None)
                 done += ticks
             self._actor_timer.stop(stream)
         self.local_env_steps += self.rollout_size
@@ -269,16 +328,18 @@ class DreamerDataModule(OnPolicyDataModule):
             return None
         assert self.replay is not None
         assert self.sample_generator is not None
+        if self.handoff is not None:
+            self.handoff.keep_for_reader(self.replay.tensors())  # the actor's storage, gathered on this stream
         flat = self.replay.sample_sequences(
             due * self.batch_size, self.sequence_length, self.sample_generator, committed_only=True
         )
         self.local_gradient_steps += due
         return flat.reshape(self.sequence_length, due, self.batch_size).transpose(0, 1)
 
-    def _stats(self, module: Any) -> dict[str, torch.Tensor]:
+    def _stats(self, module: Any, episode: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         assert self.replay is not None
         assert self._actor_timer is not None
-        stats = self.rollout_stats()
+        stats = self.rollout_stats(episode)
         trained = self.local_env_steps - self.train_start if self.train_start is not None else 0
         stats["replay/size"] = torch.tensor(float(len(self.replay) * self.world_size))
         stats["replay/fill"] = torch.tensor(self.replay.size / self.replay.capacity)
@@ -299,6 +360,8 @@ class DreamerDataModule(OnPolicyDataModule):
 
     # ----- checkpointing ------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        if self.handoff is not None:
+            self.handoff.acquire()  # the actor's last window may still be writing what is read below
         state = super().state_dict()
         if self.replay is not None and self.sample_generator is not None:
             mine = {
@@ -314,9 +377,10 @@ class DreamerDataModule(OnPolicyDataModule):
         return state
 
     def _apply_state(self, state: dict[str, Any]) -> None:
-        super()._apply_state(state)
-        if self.replay is not None:
-            self._apply_replay_state(state)
+        with self._actor_side():  # restored tensors are the actor's: written after its last window, on its stream
+            super()._apply_state(state)
+            if self.replay is not None:
+                self._apply_replay_state(state)
 
     def _apply_replay_state(self, state: dict[str, Any]) -> None:
         assert self.replay is not None
@@ -340,18 +404,7 @@ class DreamerDataModule(OnPolicyDataModule):
         if len(players) == self.world_size and players[rank] is not None:
             self._player.load_state_dict(players[rank])
 
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *args: Any) -> None:
-        return None
-
-
-def _record_event(stream: Any) -> Any:
-    if stream is None:
-        return None
-    event = torch.cuda.Event()
-    event.record(stream)
-    return event
+    def teardown(self, stage: str) -> None:
+        if self.handoff is not None and self.collector is not None:
+            self.handoff.synchronize()  # the actor's last window may still use the tensors freed below
+        super().teardown(stage)

@@ -24,6 +24,11 @@ class FinishedEpisodes:
         self._sums["length"].update((lengths * weight).sum())
         self._sums["count"].update(weight.sum())
 
+    @property
+    def updated(self) -> bool:
+        """``update`` was called since the last ``reset`` (a host-side count: no sync)."""
+        return self._sums["count"].update_count > 0
+
     def compute(self) -> dict[str, torch.Tensor]:
         """``episode_return``/``episode_length`` means since the last ``reset`` (synced over ranks)."""
         count = self._sums["count"].compute()
@@ -33,5 +38,10 @@ class FinishedEpisodes:
         }
 
     def reset(self) -> None:
+        """Start new sums (torchmetrics allocates new state tensors on the current stream)."""
         for metric in self._sums.values():
             metric.reset()
+
+    def tensors(self) -> list[torch.Tensor]:
+        """The state tensors ``update`` adds into, for cross-stream hand-offs (``StreamHandOff.keep_*``)."""
+        return [state for metric in self._sums.values() for state in metric.metric_state.values()]

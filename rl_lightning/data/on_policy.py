@@ -164,12 +164,19 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self.last_rollout = Rollout(batch, self.rollout_stats())
         return self.last_rollout
 
-    def rollout_stats(self) -> dict[str, torch.Tensor]:
-        """``rollout/*`` episode stats (synced over ranks) and ``perf/*`` rates of the rollout just collected."""
+    def rollout_stats(self, episode: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """``rollout/*`` episode stats (synced over ranks) and ``perf/*`` rates of the rollout just collected.
+
+        Args:
+            episode: episode stats already read from the collector (the async DreamerV3 engine reads them before
+                its next actor window); ``None`` reads them now.
+        """
         assert self.collector is not None
         now = time.perf_counter()
         collected = self.rollout_size * self.world_size
-        stats = {f"rollout/{k}": v for k, v in self.collector.episode_stats().items()}
+        if episode is None:
+            episode = self.collector.episode_stats()
+        stats = {f"rollout/{k}": v for k, v in episode.items()}
         stats["perf/collect_sps"] = torch.tensor(collected / max(self.collector.last_collect_seconds, 1e-9))
         if self._last_update_end is not None:
             stats["perf/env_sps"] = torch.tensor(collected / max(now - self._last_update_end, 1e-9))

@@ -103,6 +103,12 @@ class ReplayRing:
         """Transitions currently stored (``size × num_envs``)."""
         return self.size * self.num_envs
 
+    def tensors(self) -> list[torch.Tensor]:
+        """The storage's tensors (none before the first ``add``), e.g. to ``record_stream`` them for a reader."""
+        if self._storage is None:
+            return []
+        return list(self._storage.values(include_nested=True, leaves_only=True))
+
     def add(self, batch: TensorDict) -> None:
         """Write ``T`` time rows at the head, wrapping around the end of the storage.
 

@@ -142,6 +142,8 @@ class DreamerV3(RLModule):
         #: the actor's copy of the acting networks (``CUDAStreamWeightSync``); ``None`` = alias the learner's.
         self.actor_networks: nn.ModuleDict | None = None
         self.actor_version = 0
+        #: CUDA event after which ``actor_networks`` holds version ``actor_version``; a stream reading the actor
+        #: copy waits on it first. ``None`` on CPU (aliased weights) and before the first hand-off.
         self.policy_ready_event: Any = None
         self.sample_generator: torch.Generator | None = None
         self.last_learner_ms: float | None = None
