@@ -40,8 +40,9 @@ def main(out_dir: str, algo: str) -> None:
         module, dm = tiny_dreamer(total_env_steps=48, learning_starts=1)  # 2 envs × 4 ticks × 2 ranks per update
     elif algo == "spo":
         module, dm = tiny_spo(rollout_length=16, total_env_steps=64 * 2 * 3)
-    else:
-        module, dm = tiny_ppo(total_env_steps=64 * 2 * 3)  # 3 updates of 64 steps on each of 2 ranks
+    else:  # 3 updates of 64 steps on each of 2 ranks; "ppo_norm": the digest covers the normaliser buffers
+        norm = {"normalize_obs": True, "normalize_reward": True} if algo == "ppo_norm" else {}
+        module, dm = tiny_ppo(total_env_steps=64 * 2 * 3, **norm)
     record = Record()
     # Only the end-of-fit evaluation fires (every_n_updates beyond the run): it logs eval/* at epoch level.
     evaluation = Evaluation(every_n_updates=1_000, num_episodes=2, max_steps=50)

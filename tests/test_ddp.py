@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("algo", ["ppo", "spo", "dreamer"])
+@pytest.mark.parametrize("algo", ["ppo", "ppo_norm", "spo", "dreamer"])
 def test_ddp_two_cpu_processes(tmp_path, algo):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(

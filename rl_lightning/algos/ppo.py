@@ -15,8 +15,11 @@ from rl_lightning.envs.base import EnvSpec
 from rl_lightning.errors import ConfigError, check_fields
 from rl_lightning.networks import distributions as D
 from rl_lightning.networks.mlp import flat_size, mlp
+from rl_lightning.networks.normalizers import ObservationNormalizer, RewardScaler
 from rl_lightning.objectives.gae import generalized_advantage_estimate
 from rl_lightning.objectives.ppo import explained_variance, ppo_loss
+
+REWARD_RETURNS_KEY = "reward_scaler_returns"
 
 
 class PPO(RLModule):
@@ -46,6 +49,16 @@ class PPO(RLModule):
         norm_adv: normalise advantages per minibatch.
         target_kl: stop an update early once an epoch's mean approx. KL exceeds this (``None``: never).
         init_log_std: initial log-std of the Gaussian policy (continuous envs).
+        normalize_obs: feed actor and critic ``clip((obs - mean) / std, ±norm_clip_obs)`` with running
+            statistics of the training observations (SB3 ``VecNormalize`` semantics). The rollout keeps raw
+            observations; each rollout is acted on, bootstrapped and learned from with the statistics in force
+            when it was collected, and its observations enter them after its update. Image observations
+            (``uint8``, >= 3 dims) are left as they are.
+        normalize_reward: divide the rewards used for GAE and value targets by the running std of the
+            discounted return (per env, reset at episode ends; updated from each rollout before its GAE), then
+            clip to ``±norm_clip_reward``. Episode-return metrics stay raw.
+        norm_clip_obs: bound on normalised observations.
+        norm_clip_reward: bound on scaled rewards.
     """
 
     family = "ppo"
@@ -70,6 +83,10 @@ class PPO(RLModule):
         norm_adv: bool = True,
         target_kl: float | None = None,
         init_log_std: float = 0.0,
+        normalize_obs: bool = False,
+        normalize_reward: bool = False,
+        norm_clip_obs: float = 10.0,
+        norm_clip_reward: float = 10.0,
     ) -> None:
         super().__init__(env_spec)
         self.save_hyperparameters()
@@ -81,10 +98,17 @@ class PPO(RLModule):
         self.critic = mlp(obs_dim, 1, hidden_sizes, activation, output_gain=1.0)
         if not spec.discrete:
             self.log_std = nn.Parameter(torch.full((out_dim,), float(init_log_std)))
+        # Statistics are buffers: checkpointed with the weights, updated only from training rollouts.
+        self.obs_normalizer = (
+            ObservationNormalizer(spec.obs_shape, spec.obs_dtype, norm_clip_obs) if normalize_obs else None
+        )
+        self.reward_scaler = RewardScaler(gamma, norm_clip_reward) if normalize_reward else None
 
     # ----- acting -------------------------------------------------------------------------------------------
     def _features(self, td: TensorDict) -> torch.Tensor:
         obs = td[keys.OBS]
+        if self.obs_normalizer is not None:
+            obs = self.obs_normalizer(obs)
         return obs.reshape(*obs.shape[: obs.dim() - len(self.env_spec.obs_shape)], -1).float()
 
     def _logits(self, td: TensorDict, features: torch.Tensor) -> torch.Tensor:
@@ -128,8 +152,12 @@ class PPO(RLModule):
             raise ConfigError("PPO received an empty rollout; data.num_steps and data.num_envs must be >= 1")
         final = self.critic(self._features(TensorDict({keys.OBS: batch[keys.FINAL_OBS]}, batch.batch_size)))
         batch[keys.NEXT_VALUE] = final.squeeze(-1)
+        reward = batch[keys.REWARD]  # stays raw in the rollout
+        if self.reward_scaler is not None:
+            self.reward_scaler.update(reward, batch[keys.TERMINATED] | batch[keys.TRUNCATED])
+            reward = self.reward_scaler(reward)
         advantage, value_target = generalized_advantage_estimate(
-            batch[keys.REWARD],
+            reward,
             batch[keys.VALUE],
             batch[keys.NEXT_VALUE],
             batch[keys.TERMINATED],
@@ -169,6 +197,8 @@ class PPO(RLModule):
             for group in optimizer.param_groups:
                 group["lr"] = frac * hp.lr
         stats = self.update(batch, optimizer)
+        if self.obs_normalizer is not None:  # after the update: it learns from the inputs the rollout was acted on
+            self.obs_normalizer.update(batch[keys.OBS])
         self.mark_update()
         self._log_update(batch, rollout.stats, stats)
 
@@ -227,6 +257,16 @@ class PPO(RLModule):
         optimizer.step()
         return terms.detach()
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        if self.reward_scaler is not None:  # rank-local, not a buffer: gathered so every rank resumes its own
+            checkpoint[REWARD_RETURNS_KEY] = self.reward_scaler.returns_per_rank()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        if self.reward_scaler is not None and REWARD_RETURNS_KEY in checkpoint:
+            self.reward_scaler.load_returns_per_rank(checkpoint[REWARD_RETURNS_KEY])
+
     def _log_update(self, batch: TensorDict, rollout_stats: dict[str, torch.Tensor], terms: TensorDict) -> None:
         metrics: dict[str, Any] = {f"train/{k}": v for k, v in terms.items()}
         metrics["train/explained_variance"] = explained_variance(batch[keys.VALUE], batch[keys.RETURN])
@@ -249,5 +289,7 @@ def _check_hparams(hp: Any) -> None:
         ("clip_coef", hp.clip_coef > 0, "use a positive clip, e.g. 0.2"),
         ("max_grad_norm", hp.max_grad_norm >= 0, "use 0 (off) or a positive norm"),
         ("target_kl", hp.target_kl is None or hp.target_kl > 0, "use null or a positive KL"),
+        ("norm_clip_obs", hp.norm_clip_obs > 0, "use a positive bound, e.g. 10"),
+        ("norm_clip_reward", hp.norm_clip_reward > 0, "use a positive bound, e.g. 10"),
     ]
     check_fields(checks, hp)

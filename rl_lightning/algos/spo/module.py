@@ -20,6 +20,7 @@ from rl_lightning.envs.gymnasium.backend import SNAPSHOT_BACKENDS
 from rl_lightning.errors import ConfigError, check_fields
 from rl_lightning.networks import distributions as D
 from rl_lightning.networks.mlp import flat_size, mlp
+from rl_lightning.networks.normalizers import ObservationNormalizer
 from rl_lightning.objectives import spo as L
 
 SEARCH_ESS = "search_ess"  # [depth] per row: diagnostics, logged and stripped before replay
@@ -71,6 +72,12 @@ class SPO(RLModule):
         epsilon_alpha_mean: KL bound of the mean part per dimension (continuous).
         epsilon_alpha_std: KL bound of the std part per dimension (continuous).
         eval_greedy: evaluate with the target's greedy choice instead of a draw (published numbers sample).
+        normalize_obs: feed every network (in search, acting and the losses) ``clip((obs - mean) / std,
+            ±norm_clip_obs)`` with running statistics of the training observations; replay keeps raw
+            observations. Each collected rollout enters the statistics before the update that follows it; search
+            only reads them. Image observations (``uint8``, >= 3 dims) are left as they are. (No reward
+            normalisation: the search's returns and the critic's targets would have to share one scale.)
+        norm_clip_obs: bound on normalised observations.
     """
 
     family = "spo"
@@ -109,6 +116,8 @@ class SPO(RLModule):
         epsilon_alpha_mean: float = 0.05,
         epsilon_alpha_std: float = 5e-4,
         eval_greedy: bool = False,
+        normalize_obs: bool = False,
+        norm_clip_obs: float = 10.0,
     ) -> None:
         super().__init__(env_spec)
         self.save_hyperparameters()
@@ -136,7 +145,10 @@ class SPO(RLModule):
             dims = flat_size(spec.action_shape)
             self.log_alpha_mean = nn.Parameter(torch.full((dims,), float(init_log_alpha_mean)))
             self.log_alpha_std = nn.Parameter(torch.full((dims,), float(init_log_alpha_std)))
-        self.prior = ActorCriticPrior(self.actor, self.critic, spec)
+        self.obs_normalizer = (
+            ObservationNormalizer(spec.obs_shape, spec.obs_dtype, norm_clip_obs) if normalize_obs else None
+        )
+        self.prior = ActorCriticPrior(self.actor, self.critic, spec, self.obs_normalizer)
         self.eval_deterministic = bool(hp.eval_greedy)
         self._search_stats: dict[str, torch.Tensor] = {}
         self.last_metrics: dict[str, Any] = {}
@@ -180,10 +192,13 @@ class SPO(RLModule):
 
     @torch.no_grad()
     def process_rollout(self, batch: TensorDict) -> TensorDict:
-        """Take the search diagnostics out of a fresh rollout (kept for logging, not stored in replay)."""
+        """Take the search diagnostics out of a fresh rollout (kept for logging, not stored in replay) and
+        update the observation statistics from it."""
         if batch.numel() == 0:
             raise ConfigError("SPO received an empty rollout; data.rollout_length and data.num_envs must be >= 1")
         ess, alive = batch.pop(SEARCH_ESS), batch.pop(SEARCH_ALIVE)
+        if self.obs_normalizer is not None:  # training collection only: the replay keeps the raw observations
+            self.obs_normalizer.update(batch[keys.OBS])
         stats: dict[str, torch.Tensor] = {}
         if ess.shape[-1] > 0:
             stats["search/ess"] = ess.mean()
@@ -333,5 +348,6 @@ def _check_hparams(hp: Any) -> None:
         ("fixed_temperature", hp.fixed_temperature > 0, "use a positive temperature"),
         ("epsilon", hp.epsilon > 0, "use a positive KL bound, e.g. 0.5"),
         ("epsilon_alpha", hp.epsilon_alpha > 0, "use a positive KL bound, e.g. 1e-3"),
+        ("norm_clip_obs", hp.norm_clip_obs > 0, "use a positive bound, e.g. 10"),
     ]
     check_fields(checks, hp)

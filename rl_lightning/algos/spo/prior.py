@@ -32,15 +32,19 @@ class ActorCriticPrior:
         actor: flat features ``[B, F]`` → logits ``[B, A]`` (discrete) or ``[B, 2D]`` (mean, pre-softplus std).
         critic: flat features ``[B, F]`` → ``[B, 1]`` or ``[B]`` state values.
         spec: the env's spec (action space, bounds, observation shape).
+        normalizer: applied to raw observations before both networks (frozen here: only read).
     """
 
-    def __init__(self, actor: Network, critic: Network, spec: EnvSpec) -> None:
+    def __init__(self, actor: Network, critic: Network, spec: EnvSpec, normalizer: Network | None = None) -> None:
         self.actor = actor
         self.critic = critic
         self.spec = spec
+        self.normalizer = normalizer
         self._bounds: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.normalizer is not None:
+            obs = self.normalizer(obs)
         return obs.reshape(*obs.shape[: obs.dim() - len(self.spec.obs_shape)], -1).float()
 
     def bounds(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
