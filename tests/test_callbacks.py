@@ -106,7 +106,9 @@ def test_fail_fast_bundle_of_a_cli_run_reproduces(tmp_path):
     assert run.returncode != 0
     line = run.stderr.strip().splitlines()[-1]
     assert line.startswith("rl-lightning: error: FailFast: non-finite"), run.stderr[-2000:]
-    path = tmp_path / line.rpartition("reproduction bundle: ")[2]
+    bundle_part, _, checkpoint_part = line.rpartition("reproduction bundle: ")[2].partition("; ")
+    assert checkpoint_part.startswith("checkpoint of update")  # FaultCheckpoint saved the last completed update
+    path = tmp_path / bundle_part
     bundle = torch.load(path, weights_only=False)
     assert "_class_path" not in bundle["hparams"]
     # PPO computes train/explained_variance from the rollout while logging, outside the update that is replayed.
@@ -205,6 +207,8 @@ class BarProbe(pl.Callback):
         self._read(pl_module)
 
 
+# The resumed run saves into the directory of the run it resumes, on purpose.
+@pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty:UserWarning")
 def test_progress_bar_counts_env_steps_against_the_budget_after_a_resume(tmp_path):
     ckpt = tmp_path / "ckpt"
     for budget in (128, 320):  # 2 updates, then resume to 5

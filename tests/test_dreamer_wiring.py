@@ -134,8 +134,8 @@ def test_replay_value_loss_matches_a_naive_loop_with_truncation_and_termination(
         ac.critic(features[:-1]), returns, ac.slow_critic(features[:-1]), (~last[:-1]).float(), ac.value_codec, 1.0
     )
     torch.testing.assert_close(loss, expected)
-    assert float(loss[TRUNCATED_AT]) == 0.0  # episode ends carry no loss
-    assert float(loss[TERMINATED_AT]) == 0.0
+    assert float(loss[TRUNCATED_AT].detach()) == 0.0  # episode ends carry no loss
+    assert float(loss[TERMINATED_AT].detach()) == 0.0
 
 
 # ----- imagination weights (bug 7: the discount was dropped without discount_continue) -------------------------------
