@@ -122,4 +122,4 @@ def test_continuous_policy_learns_the_rewarded_action_and_logs_std(tmp_path):
     assert mean == pytest.approx(1.0, abs=0.25)
     returns = [m["rollout/episode_return"] for m in record.metrics]
     assert sum(returns[-4:]) / 4 > sum(returns[:4]) / 4 + 0.5  # collected reward: E[−(a − 1)²] ≈ −2 at init
-    assert record.metrics[-1]["policy/std"] == pytest.approx(float(module.log_std.exp()))
+    assert record.metrics[-1]["policy/std"] == pytest.approx(float(module.log_std.detach().exp()))

@@ -171,6 +171,8 @@ def _fit(tmp_path, budget_updates, ckpt_path=None):
     return module, losses.rows
 
 
+# The resumed run saves into the directory of the run it resumes, on purpose.
+@pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty:UserWarning")
 def test_resume_with_normalisation_is_bit_exact(tmp_path):
     straight, straight_rows = _fit(tmp_path / "a", 6)
     _, first_rows = _fit(tmp_path / "b", 3)

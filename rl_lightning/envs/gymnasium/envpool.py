@@ -16,6 +16,7 @@ wrapper is refused (``TimeLimit``: use EnvPool's own ``max_episode_steps`` in ``
 from __future__ import annotations
 
 import difflib
+import warnings
 from typing import Any
 
 import gymnasium
@@ -35,6 +36,12 @@ def _import_envpool() -> Any:
             f"EnvPoolEnv needs the envpool package ({err}); install the extra: pip install 'rl_lightning[envpool]'"
         ) from None
     return envpool
+
+
+def _silence_box_cast_notice() -> None:
+    """EnvPool rebuilds its Gymnasium spaces from float64 bounds (at ``make`` and on every ``recv``) and Gymnasium
+    warns each time that it casts them to float32: nothing a user can act on, so that one message is dropped."""
+    warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32", category=UserWarning)
 
 
 class _SpacesOnly(gymnasium.Env):
@@ -76,8 +83,10 @@ class EnvPoolEnv(VectorBackend):
         except Exception as err:
             detail = " ".join(f"{type(err).__name__}: {err}".split())
             raise ConfigError(f"env_kwargs={self.env_kwargs!r}: not EnvPool options of {env_id!r} ({detail})") from None
-        self._chain = self._mirror_wrappers(pool_spec.observation_space, pool_spec.action_space)
-        outer = self._chain[-1] if self._chain else _SpacesOnly(pool_spec.observation_space, pool_spec.action_space)
+        _silence_box_cast_notice()
+        obs_space, act_space = pool_spec.observation_space, pool_spec.action_space
+        self._chain = self._mirror_wrappers(obs_space, act_space)
+        outer = self._chain[-1] if self._chain else _SpacesOnly(obs_space, act_space)
         self.spec = env_spec(env_id, outer.observation_space, outer.action_space, pool_spec.config.max_episode_steps)
         self._action_space = outer.action_space
         self._num = None
