@@ -12,7 +12,9 @@ env and the budget changed on the command line::
 Discrete envs use ``configs/ppo.yaml``, continuous ones ``configs/ppo_pendulum.yaml``; no per-env tuning. The logger,
 checkpointing, progress bar and the configs' callbacks are replaced by one evaluation (``--eval-episodes``
 deterministic episodes, every fifth of the budget and at the end). The reported figure is the **final** evaluation
-of each seed. Random play (uniform actions, same episodes) and published PPO figures are printed beside it.
+of each seed; the per-seed curves printed as the runs finish also give the policy entropy (``H``, the last logged
+``train/entropy``) at each evaluation. Random play (uniform actions, same episodes) and published PPO figures are
+printed beside it.
 
 PASS per env if every seed's final return reaches the env's threshold (Gymnasium's ``reward_threshold``; Pendulum has
 none: -250 as in ``benchmarks/ppo.py``). Observation/reward normalisation does not exist yet, which the published
@@ -25,6 +27,7 @@ import argparse
 import os
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 from _common import RunResult, TargetEvaluation, fit_with, overrides_to_args, print_summary
 
@@ -61,9 +64,20 @@ TASKS = {
     ),
     "Pendulum-v1": ClassicTask("Pendulum-v1", "ppo_pendulum.yaml", 151_552, -250.0, "rl-zoo -169.9±104.9 @2M (gSDE)"),
     "MountainCarContinuous-v0": ClassicTask(
-        "MountainCarContinuous-v0", "ppo_pendulum.yaml", 151_552, 90.0, "rl-zoo 88.3±2.6 @20k (normalised, gSDE, tuned)"
+        "MountainCarContinuous-v0", "ppo_pendulum.yaml", 51_200, 90.0, "rl-zoo 88.3±2.6 @20k (normalised, gSDE, tuned)"
     ),
 }
+
+
+class EntropyEvaluation(TargetEvaluation):
+    """``TargetEvaluation`` that also records the last logged ``train/entropy`` at each evaluation (a collapse to ~0
+    early in training is the failure mode the PPO defaults must avoid)."""
+
+    def evaluate(self, trainer: pl.Trainer, pl_module: Any, on_step: bool = True) -> dict[str, float]:
+        record = super().evaluate(trainer, pl_module, on_step)
+        entropy = trainer.callback_metrics.get("train/entropy")
+        record["entropy"] = float("nan") if entropy is None else float(entropy)
+        return record
 
 
 def env_args(env_id: str, steps: int) -> list[str]:
@@ -79,7 +93,7 @@ def env_args(env_id: str, steps: int) -> list[str]:
 
 
 def run_seed(task: ClassicTask, seed: int, steps: int, episodes: int, overrides: list[str]) -> RunResult:
-    callback = TargetEvaluation(
+    callback = EntropyEvaluation(
         "return", None, every_n_env_steps=max(steps // 5, 1), num_episodes=episodes, deterministic=True
     )
     return fit_with(task.config, seed, callback, [*env_args(task.env_id, steps), *overrides])
@@ -156,7 +170,7 @@ def main() -> None:
         for seed in range(args.seeds):
             r = run_seed(task, seed, steps, args.eval_episodes, overrides_to_args(args.override))
             results[env_id].append(r)
-            curve = " ".join(f"{int(h['env_steps'])}:{h['score']:.1f}" for h in r.history)
+            curve = " ".join(f"{int(h['env_steps'])}:{h['score']:.1f}/H={h['entropy']:.2f}" for h in r.history)
             print(f"  [{env_id} seed {seed}] final={r.final_score:.1f} fit={r.fit_seconds:.0f}s  {curve}", flush=True)
     print_table(results, randoms)
     overall = summarise(results)
