@@ -54,15 +54,15 @@ class ClassicTask:
 _CLEANRL = "CleanRL @500k:"
 TASKS = {
     "CartPole-v1": ClassicTask(
-        "CartPole-v1", "ppo.yaml", 100_000, 475.0, f"rl-zoo 500.0±0.0 @100k; {_CLEANRL} 492.4±13.1"
+        "CartPole-v1", "ppo.yaml", 51_200, 475.0, f"rl-zoo 500.0±0.0 @100k; {_CLEANRL} 492.4±13.1"
     ),
     "Acrobot-v1": ClassicTask(
         "Acrobot-v1", "ppo.yaml", 100_000, -100.0, f"rl-zoo -73.5±18.2 @1M (normalised); {_CLEANRL} -89.9±6.3"
     ),
     "MountainCar-v0": ClassicTask(
-        "MountainCar-v0", "ppo.yaml", 100_000, -110.0, f"rl-zoo -110.4±19.5 @1M (normalised); {_CLEANRL} -200.0±0.0"
+        "MountainCar-v0", "ppo.yaml", 51_200, -110.0, f"rl-zoo -110.4±19.5 @1M (normalised); {_CLEANRL} -200.0±0.0"
     ),
-    "Pendulum-v1": ClassicTask("Pendulum-v1", "ppo_pendulum.yaml", 151_552, -250.0, "rl-zoo -169.9±104.9 @2M (gSDE)"),
+    "Pendulum-v1": ClassicTask("Pendulum-v1", "ppo_pendulum.yaml", 102_400, -250.0, "rl-zoo -169.9±104.9 @2M (gSDE)"),
     "MountainCarContinuous-v0": ClassicTask(
         "MountainCarContinuous-v0", "ppo_pendulum.yaml", 51_200, 90.0, "rl-zoo 88.3±2.6 @20k (normalised, gSDE, tuned)"
     ),
