@@ -49,20 +49,22 @@ class ClassicTask:
 
 
 # Published figures: rl-zoo = DLR-RM/rl-baselines3-zoo benchmark.md (one run, deterministic eval over ~150k steps,
-# tuned per env, VecNormalize on Acrobot/MountainCar/MountainCarContinuous); CleanRL = docs/rl-algorithms/ppo.md
-# (`ppo.py`, 500k steps, 3 seeds, training-episode returns, no normalisation).
+# tuned per env in hyperparams/ppo.yml, VecNormalize on MountainCar/MountainCarContinuous); CleanRL =
+# docs/rl-algorithms/ppo.md (`ppo.py`, 500k steps, 3 seeds, training-episode returns, no normalisation).
 _CLEANRL = "CleanRL @500k:"
 TASKS = {
     "CartPole-v1": ClassicTask(
         "CartPole-v1", "ppo.yaml", 51_200, 475.0, f"rl-zoo 500.0±0.0 @100k; {_CLEANRL} 492.4±13.1"
     ),
     "Acrobot-v1": ClassicTask(
-        "Acrobot-v1", "ppo.yaml", 100_000, -100.0, f"rl-zoo -73.5±18.2 @1M (normalised); {_CLEANRL} -89.9±6.3"
+        "Acrobot-v1", "ppo.yaml", 100_000, -100.0, f"rl-zoo -73.5±18.2 @1M; {_CLEANRL} -89.9±6.3"
     ),
     "MountainCar-v0": ClassicTask(
         "MountainCar-v0", "ppo.yaml", 51_200, -110.0, f"rl-zoo -110.4±19.5 @1M (normalised); {_CLEANRL} -200.0±0.0"
     ),
-    "Pendulum-v1": ClassicTask("Pendulum-v1", "ppo_pendulum.yaml", 102_400, -250.0, "rl-zoo -169.9±104.9 @2M (gSDE)"),
+    "Pendulum-v1": ClassicTask(
+        "Pendulum-v1", "ppo_pendulum.yaml", 102_400, -250.0, "rl-zoo -169.9±104.9 @2M (Pendulum-v0)"
+    ),
     "MountainCarContinuous-v0": ClassicTask(
         "MountainCarContinuous-v0", "ppo_pendulum.yaml", 51_200, 90.0, "rl-zoo 88.3±2.6 @20k (normalised, gSDE, tuned)"
     ),
