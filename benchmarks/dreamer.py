@@ -13,17 +13,19 @@ Run single-threaded (``torch.set_num_threads(1)``, set here). Sections:
             one step is always timed). Reports steps/s, s/step and the agent's parameter count, on CPU and, if
             ``torch.cuda.is_available()``, on CUDA too (synchronised around the timing). Information only.
   ratio     short runs (size ``tiny``, horizon 3, batch 4 × 8, ``--ratio-steps`` env steps after a 1024-step
-            prefill) at several ``replay_ratio`` values and actor window / ``commit_stride`` combinations; reports
-            the achieved ratio ``local_gradient_steps / (local_env_steps - train_start)`` (what
-            ``replay/ratio_actual`` logs) against the requested one. PASS if |actual/requested − 1| <= 5% on every
-            combination.
+            prefill) at several ``replay_ratio`` values and actor window / ``commit_stride`` combinations. Counted
+            from outside the scheduler: optimiser steps by a post-step hook on the optimiser, env steps by the
+            transitions the collector returns. PASS if, for every combination, the optimiser steps equal the
+            documented schedule ``pretrain + ⌊(env steps − start)·r⌋`` exactly (``start`` = first env step of the
+            actor window that completes the ``learning_starts`` prefill). ``replay/ratio_actual`` (computed by the
+            datamodule from its own counters) is shown for information only: it cannot catch a wrong start.
   cartpole  ``configs/dreamer.yaml`` unchanged except: logger, checkpointing, progress bar and the config's own
             callbacks are replaced by one evaluation (``--eval-episodes`` deterministic episodes every
             ``--eval-every`` env steps), the budget is ``--cartpole-steps`` (default: the config's
             ``total_env_steps``) and optionally ``--cartpole-minutes`` of wall time per seed. A run stops at the
             first evaluation with mean return >= 400. Training time = ``trainer.fit`` wall time minus evaluation
             time, up to the crossing. PASS if every seed reaches 400 within the budget (median env steps reported),
-            and if every seed's achieved replay ratio is within 5% of the config's.
+            and if every seed's counted optimiser steps equal the schedule above (same independent counts).
   catch     ``configs/dreamer_catch.yaml`` (16×16 pixels through the CNN encoder/decoder), evaluated every 1,000 env
             steps on 32 episodes; PASS per seed if the mean return reaches 0.8 within the config's budget
             (uniform-random play scores about −0.76, the optimum is 1). Not in the default sections.
@@ -35,10 +37,12 @@ PASS/FAIL rows; ``info`` rows do not count).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from _common import (  # first: it silences warnings and Lightning's INFO logging before they import
@@ -68,7 +72,6 @@ SPEED_PRESETS = ("tiny", "XS", "S", "12M")
 CARTPOLE_TARGET = 400.0  # default of --cartpole-target
 CATCH_CONFIG = "dreamer_catch.yaml"
 CATCH_TARGET = 0.8  # mean return over evaluation episodes: +1 catch, -1 miss; uniform-random play scores about -0.76
-RATIO_TOLERANCE = 0.05
 
 
 def _fmt(value: float | None, spec: str = ".1f", none: str = "-") -> str:
@@ -206,15 +209,70 @@ RATIO_CASES = (
 RATIO_PREFILL = 1024
 
 
-def ratio_datamodule_stats(dm: DreamerDataModule) -> dict[str, Any]:
-    """The achieved replay ratio as ``replay/ratio_actual`` computes it, plus its parts."""
+class IndependentCounts(pl.Callback):
+    """Counts, from outside the ``Ratio`` scheduler, what the replay ratio is about.
+
+    Optimiser steps: a post-step hook on every torch optimiser of the run (fires on each real ``step()``). Env steps:
+    the transitions each ``collector.rollout`` call returns. Neither reads a counter the scheduler moves.
+    """
+
+    def __init__(self) -> None:
+        self.optimizer_steps = 0
+        self.env_steps = 0
+        self.datamodule: Any = None
+
+    def _count_step(self, *_: Any) -> None:
+        self.optimizer_steps += 1
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        self.datamodule = trainer.datamodule
+        for optimizer in trainer.optimizers:
+            optimizer.register_step_post_hook(self._count_step)
+        collector = trainer.datamodule.collector
+        rollout = collector.rollout
+
+        def counted_rollout(*args: Any, **kwargs: Any) -> Any:
+            out = rollout(*args, **kwargs)
+            self.env_steps += out.numel()
+            return out
+
+        collector.rollout = counted_rollout
+
+
+def ratio_start(learning_starts: int, window: int) -> int:
+    """First env step of the actor window whose end reaches ``learning_starts`` (where the ratio starts counting)."""
+    return (max(-(-learning_starts // window), 1) - 1) * window
+
+
+def expected_gradient_steps(env_steps: int, learning_starts: int, window: int, ratio: float, pretrain: int) -> int:
+    """The documented schedule, from the config alone (``DreamerDataModule``/``Ratio`` docstrings, sheeprl's rule).
+
+    The ratio counts from the start of the actor window (``window`` = num_envs × rollout_length env steps) that
+    completes the ``learning_starts`` prefill, so a run of ``env_steps`` owes
+    ``pretrain + ⌊(env_steps − start)·ratio⌋`` gradient steps with ``start = (max(⌈learning_starts / window⌉, 1) − 1)
+    · window``. ``ratio`` is read as a decimal (``Fraction(str(ratio))``) so the floor is exact.
+    """
+    start = ratio_start(learning_starts, window)
+    if env_steps <= start:
+        return 0
+    return pretrain + math.floor((env_steps - start) * Fraction(str(ratio)))
+
+
+def ratio_datamodule_stats(dm: DreamerDataModule, counts: IndependentCounts) -> dict[str, Any]:
+    """Independent counts against the documented schedule, plus the scheduler's own ``replay/ratio_actual``."""
+    window = dm.num_envs * dm.rollout_length
+    expected = expected_gradient_steps(counts.env_steps, dm.learning_starts, window, dm.replay_ratio, dm.pretrain_steps)
+    start = ratio_start(dm.learning_starts, window)
     trained = dm.local_env_steps - dm.train_start if dm.train_start is not None else 0
     return {
-        "gradient_steps": dm.local_gradient_steps,
-        "env_steps": dm.local_env_steps,
-        "train_start": dm.train_start,
-        "trained": trained,
-        "actual": dm.local_gradient_steps / max(trained, 1),
+        "optimizer_steps": counts.optimizer_steps,
+        "start": start,
+        "actual": counts.optimizer_steps / max(counts.env_steps - start, 1),  # from the independent counts
+        "expected": expected,
+        "env_steps": counts.env_steps,
+        "window": window,
+        "learning_starts": dm.learning_starts,
+        "reported": dm.local_gradient_steps / max(trained, 1),  # what replay/ratio_actual logs (information)
         "requested": float(dm.replay_ratio),
     }
 
@@ -238,38 +296,40 @@ def run_ratio_case(case: RatioCase, env_steps: int, seed: int = 0) -> dict[str, 
         device="cpu",
     )
     model = DreamerV3(env_spec=dm.env_spec, size="tiny", horizon=3, bins=15, warmup_steps=0, lr=1e-3)
+    counts = IndependentCounts()
     trainer = pl.Trainer(
         accelerator="cpu", devices=1, max_epochs=-1, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, callbacks=[],
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, callbacks=[counts],
     )  # fmt: skip
     start = time.perf_counter()
     trainer.fit(model, dm)
-    stats = ratio_datamodule_stats(dm)
+    stats = ratio_datamodule_stats(dm, counts)
     stats.update(case=case, seconds=time.perf_counter() - start, updates=model.updates)
     return stats
 
 
 def _ratio_ok(stats: dict[str, Any]) -> bool:
-    return abs(stats["actual"] / stats["requested"] - 1) <= RATIO_TOLERANCE
+    return stats["optimizer_steps"] == stats["expected"]
 
 
 def print_ratio(results: list[dict[str, Any]]) -> None:
     print(
-        f"\n== Replay ratio: achieved = gradient steps / (env steps - train_start); tiny, horizon 3, batch 4 × 8, "
-        f"prefill {RATIO_PREFILL} =="
+        "\n== Replay ratio: optimiser steps (counted by an optimiser hook) vs the documented schedule "
+        f"pretrain + floor((env steps counted at the collector - start) · r); tiny, horizon 3, batch 4 × 8, "
+        f"learning_starts {RATIO_PREFILL} =="
     )
     header = (
-        f"{'case':<40} {'env_st':>7} {'train_start':>11} {'trained':>7} {'grad_st':>7} {'floor(tr·r)':>11} "
-        f"{'actual':>8} {'requested':>9} {'secs':>6}"
+        f"{'case':<40} {'env_st':>7} {'start':>6} {'opt_st':>7} {'expected':>8} {'achieved':>8} {'requested':>9} "
+        f"{'logged':>8} {'secs':>6}"
     )
     print(header)
     print("-" * len(header))
     for s in results:
-        floor = int(s["trained"] * s["requested"])
         print(
-            f"{s['case'].name:<40} {s['env_steps']:>7} {s['train_start']!s:>11} {s['trained']:>7} "
-            f"{s['gradient_steps']:>7} {floor:>11} {s['actual']:>8.4f} {s['requested']:>9.4f} {s['seconds']:>6.1f}"
+            f"{s['case'].name:<40} {s['env_steps']:>7} {s['start']:>6} {s['optimizer_steps']:>7} {s['expected']:>8} "
+            f"{s['actual']:>8.4f} {s['requested']:>9.4f} {s['reported']:>8.4f} {s['seconds']:>6.1f}"
         )
+    print("  (start = first env step of the actor window that completes the prefill; logged = replay/ratio_actual)")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -282,11 +342,13 @@ class DreamerEvaluation(TargetEvaluation):
         super().__init__(**kwargs)
         self.max_seconds = max_seconds
         self.datamodule: Any = None
+        self.counts = IndependentCounts()
         self.timed_out = False
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: Any) -> None:
         super().on_train_start(trainer, pl_module)
         self.datamodule = trainer.datamodule
+        self.counts.on_train_start(trainer, pl_module)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
@@ -321,7 +383,7 @@ def run_cartpole_seed(
     )
     extra = ["--data.init_args.total_env_steps", str(budget), *overrides]
     result = fit_with(config, seed, callback, extra)
-    return result, ratio_datamodule_stats(callback.datamodule), callback.timed_out
+    return result, ratio_datamodule_stats(callback.datamodule, callback.counts), callback.timed_out
 
 
 def print_cartpole(runs: list[tuple[RunResult, dict[str, Any], bool]], verbose: bool, target: float) -> None:
@@ -383,9 +445,9 @@ def summarise(
         ))  # fmt: skip
     for s in ratio or []:
         rows.append((
-            f"Ratio {s['case'].name}: actual/requested",
-            f"{s['actual']:.4f} / {s['requested']:.4f} ({s['gradient_steps']} grad steps / {s['trained']} env steps)",
-            f"|actual/requested - 1| <= {RATIO_TOLERANCE:.0%}",
+            f"Ratio {s['case'].name}: optimiser steps",
+            f"{s['optimizer_steps']} (achieved {s['actual']:.4f} vs {s['requested']:g}, {s['env_steps']} env steps)",
+            f"== {s['expected']} = floor(({s['env_steps']} - {s['start']}) · {s['requested']:g})",
             verdict(_ratio_ok(s)),
         ))  # fmt: skip
     if cartpole:
@@ -413,9 +475,9 @@ def summarise(
         ))  # fmt: skip
         ratios = [ratio for _, ratio, _ in cartpole]
         rows.append((
-            "CartPole replay/ratio_actual vs replay_ratio",
-            ", ".join(f"{s['actual']:.4f}" for s in ratios) + f" vs {ratios[0]['requested']:g}",
-            f"every seed |actual/requested - 1| <= {RATIO_TOLERANCE:.0%}",
+            "CartPole optimiser steps vs the replay_ratio schedule",
+            ", ".join(f"{s['optimizer_steps']}/{s['expected']}" for s in ratios) + " (counted/expected)",
+            "every seed counted == pretrain + floor((env steps - start) · r)",
             verdict(all(_ratio_ok(s) for s in ratios)),
         ))  # fmt: skip
     for r, stats, _ in catch or []:

@@ -3,6 +3,7 @@
     python benchmarks/ppo.py                 # full run: 3 seeds × (CartPole, Pendulum, TicTacToe) + throughput
     python benchmarks/ppo.py --quick         # 1 seed, shorter throughput/overhead measurements
     python benchmarks/ppo.py --seeds 5 --envs cartpole --sections learning
+    python benchmarks/ppo.py --envs cartpole --sections repro   # same seed twice: identical evaluations?
 
 Learning runs use the bundled configs (``configs/ppo*.yaml``) unchanged, except that the logger, checkpointing,
 progress bar and the configs' own callbacks are replaced by one evaluation callback that evaluates often and stops
@@ -121,6 +122,24 @@ def print_learning(results: dict[str, list[RunResult]], verbose: bool) -> bool:
                 curve = " ".join(f"{int(h['env_steps'])}:{h['score']:.2f}" for h in r.history)
                 print(f"  curve {TASKS[key].name} seed {r.seed}: {curve}")
     return all_pass
+
+
+def run_repro(task: Task, seed: int, extra: list[str] | None = None) -> tuple[bool, list[float], list[float]]:
+    """The same seeded run twice in this process: every evaluation (env steps and return) must be identical."""
+    first, second = (run_learning(task, seed, extra) for _ in range(2))
+
+    def curve(r: RunResult) -> list[float]:
+        return [v for h in r.history for v in (h["env_steps"], h["eval/episode_return"])]
+
+    return curve(first) == curve(second), curve(first), curve(second)
+
+
+def print_repro(task: Task, seed: int, same: bool, first: list[float], second: list[float]) -> None:
+    print(f"\n== Reproducibility: {task.name} seed {seed} run twice (fresh CLI each time), evaluation by evaluation ==")
+    for name, curve in (("first", first), ("second", second)):
+        points = " ".join(f"{int(curve[i])}:{curve[i + 1]:.2f}" for i in range(0, len(curve), 2))
+        print(f"  {name:<6} {points}")
+    print(f"  {'PASS' if same else 'FAIL'}  identical evaluation histories")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -312,7 +331,9 @@ def main() -> None:
     parser.add_argument("--seed-offset", type=int, default=0, help="first seed")
     parser.add_argument("--envs", default="cartpole,pendulum,tictactoe", help="comma list of " + ",".join(TASKS))
     parser.add_argument(
-        "--sections", default="learning,throughput,overhead", help="comma list of learning,throughput,overhead"
+        "--sections",
+        default="learning,throughput,overhead",
+        help="comma list of learning,throughput,overhead,repro (repro: the first env's first seed run twice)",
     )
     parser.add_argument("--verbose", action="store_true", help="print every evaluation of every run")
     parser.add_argument(
@@ -348,11 +369,16 @@ def main() -> None:
                     flush=True,
                 )
         all_pass = print_learning(results, args.verbose)
+    if "repro" in sections:
+        seed = args.seed_offset
+        same, first, second = run_repro(TASKS[envs[0]], seed, overrides_to_args(args.override))
+        print_repro(TASKS[envs[0]], seed, same, first, second)
+        all_pass &= same
     if "throughput" in sections:
         print_throughput(run_throughput(args.quick))
     if "overhead" in sections:
         print_overhead(run_overhead(args.quick))
-    if "learning" in sections:
+    if sections & {"learning", "repro"}:
         print(f"\nOVERALL: {'PASS' if all_pass else 'FAIL'}")
 
 
