@@ -26,9 +26,9 @@ class PPO(RLModule):
     Discrete envs get a masked categorical policy; continuous envs a Gaussian with a state-independent
     log-std (actions are sampled unclipped; the env clips them to its bounds); ``MultiDiscrete`` actions
     independent categoricals and ``MultiBinary`` actions independent Bernoullis. Observations of any dtype,
-    ``Discrete`` and ``Dict`` observations go through an ``ObsEncoder`` (one encoder per key) before both MLPs. Each ``training_step`` pulls one
-    rollout from the datamodule itself (so the collecting policy is the one being updated: lag 0), then runs
-    ``update_epochs × num_minibatches`` optimiser steps on it, and logs once.
+    ``Discrete`` and ``Dict`` observations go through an ``ObsEncoder`` (one encoder per key) before both MLPs.
+    Each ``training_step`` pulls one rollout from the datamodule itself (so the collecting policy is the one
+    being updated: lag 0), then runs ``update_epochs × num_minibatches`` optimiser steps on it, and logs once.
 
     Args:
         env_spec: linked from ``data.env_spec`` by the CLI.
