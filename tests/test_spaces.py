@@ -147,7 +147,7 @@ def test_ppo_learns_the_best_multi_part_action_of_a_bandit(tmp_path, env, shape)
     core = gym(env)
     target = torch.as_tensor(_target(env))
     torch.manual_seed(0)
-    model, data = tiny_ppo(core, num_envs=8, num_steps=8, total_env_steps=64 * 40, lr=0.02, update_epochs=4)
+    model, data = tiny_ppo(core, num_envs=8, num_steps=8, total_env_steps=64 * 15, lr=0.05, update_epochs=4)
     untrained = model.act(_bandit_obs(64), torch.Generator().manual_seed(0))
     assert untrained[keys.ACTION].shape == (64, *shape)
     assert untrained[keys.ACTION].dtype == torch.int64
