@@ -83,9 +83,12 @@ def test_filter_observation_on_a_dict_env_class(backend: str) -> None:
     assert torch.stack([o[keys.TERMINATED] for o in outs[1:]]).any()
 
 
-def test_without_the_filter_a_dict_space_is_refused_with_the_supported_list() -> None:
-    with pytest.raises(ConfigError, match="observation space Dict.*supported: Box"):
-        GymnasiumEnv(env_class=ClassSpec("tests.my_envs.GoalCorridor"))
+def test_without_the_filter_a_dict_space_is_carried_as_nested_keys() -> None:
+    core = GymnasiumEnv(env_class=ClassSpec("tests.my_envs.GoalCorridor"))
+    assert [key for key, _ in core.spec.obs_keys] == [("goal",), ("noise",), ("position",)]
+    obs = steps(core, [torch.ones(2, dtype=torch.int64)])[0][keys.OBS]
+    assert sorted(obs.keys()) == ["goal", "noise", "position"]
+    assert obs["position"].shape == (2, 1)
 
 
 BAD_WRAPPERS = [

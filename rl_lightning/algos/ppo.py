@@ -11,11 +11,12 @@ from torch import nn
 
 from rl_lightning import keys
 from rl_lightning.algos.base import RLModule
-from rl_lightning.envs.base import EnvSpec
+from rl_lightning.envs.base import ACTION_KINDS, EnvSpec, require_action_kind
 from rl_lightning.errors import ConfigError, check_fields
 from rl_lightning.networks import distributions as D
+from rl_lightning.networks.encoders import ObsEncoder
 from rl_lightning.networks.mlp import flat_size, mlp
-from rl_lightning.networks.normalizers import ObservationNormalizer, RewardScaler
+from rl_lightning.networks.normalizers import RewardScaler, observation_normalizer
 from rl_lightning.objectives.gae import generalized_advantage_estimate
 from rl_lightning.objectives.ppo import explained_variance, ppo_loss
 
@@ -26,9 +27,11 @@ class PPO(RLModule):
     """Proximal Policy Optimisation with separate actor and critic MLPs.
 
     Discrete envs get a masked categorical policy; continuous envs a Gaussian with a state-independent
-    log-std (actions are sampled unclipped; the env clips them to its bounds). Each ``training_step`` pulls one
-    rollout from the datamodule itself (so the collecting policy is the one being updated: lag 0), then runs
-    ``update_epochs × num_minibatches`` optimiser steps on it, and logs once.
+    log-std (actions are sampled unclipped; the env clips them to its bounds); ``MultiDiscrete`` actions
+    independent categoricals and ``MultiBinary`` actions independent Bernoullis. Observations of any dtype,
+    ``Discrete`` and ``Dict`` observations go through an ``ObsEncoder`` (one encoder per key) before both MLPs.
+    Each ``training_step`` pulls one rollout from the datamodule itself (so the collecting policy is the one
+    being updated: lag 0), then runs ``update_epochs × num_minibatches`` optimiser steps on it, and logs once.
 
     Args:
         env_spec: linked from ``data.env_spec`` by the CLI.
@@ -92,16 +95,19 @@ class PPO(RLModule):
         self.save_hyperparameters()
         _check_hparams(self.hparams)
         spec = self.env_spec
-        obs_dim = flat_size(spec.obs_shape)
-        out_dim = spec.num_actions if spec.discrete else flat_size(spec.action_shape)
+        require_action_kind(spec, "PPO", ACTION_KINDS)
+        self.encoder = ObsEncoder(spec)
+        obs_dim = self.encoder.out_dim
+        kind = spec.action_kind
+        out_dim = {"discrete": spec.num_actions, "multi_discrete": sum(spec.action_nvec)}.get(
+            kind, flat_size(spec.action_shape)
+        )
         self.actor = mlp(obs_dim, out_dim, hidden_sizes, activation, output_gain=0.01)
         self.critic = mlp(obs_dim, 1, hidden_sizes, activation, output_gain=1.0)
-        if not spec.discrete:
+        if kind == "box":
             self.log_std = nn.Parameter(torch.full((out_dim,), float(init_log_std)))
         # Statistics are buffers: checkpointed with the weights, updated only from training rollouts.
-        self.obs_normalizer = (
-            ObservationNormalizer(spec.obs_shape, spec.obs_dtype, norm_clip_obs) if normalize_obs else None
-        )
+        self.obs_normalizer = observation_normalizer(spec, norm_clip_obs) if normalize_obs else None
         self.reward_scaler = RewardScaler(gamma, norm_clip_reward) if normalize_reward else None
 
     # ----- acting -------------------------------------------------------------------------------------------
@@ -109,7 +115,7 @@ class PPO(RLModule):
         obs = td[keys.OBS]
         if self.obs_normalizer is not None:
             obs = self.obs_normalizer(obs)
-        return obs.reshape(*obs.shape[: obs.dim() - len(self.env_spec.obs_shape)], -1).float()
+        return self.encoder(obs)
 
     def _logits(self, td: TensorDict, features: torch.Tensor) -> torch.Tensor:
         return D.masked_logits(self.actor(features), td.get(keys.ACTION_MASK, None))
@@ -118,15 +124,21 @@ class PPO(RLModule):
     def act(self, td: TensorDict, generator: torch.Generator | None = None, deterministic: bool = False) -> TensorDict:
         features = self._features(td)
         out: dict[str, torch.Tensor] = {}
-        if self.env_spec.discrete:
+        kind = self.env_spec.action_kind
+        if kind == "discrete":
             logits = self._logits(td, features)
             action = logits.argmax(-1) if deterministic else D.categorical_sample(logits, generator)
             out[keys.LOGPROB] = D.categorical_log_prob(logits, action)
-        else:
+        elif kind == "box":
             mean = self.actor(features)
             log_std = self.log_std.expand_as(mean)
             action = mean if deterministic else D.normal_sample(mean, log_std, generator)
             out[keys.LOGPROB] = D.normal_log_prob(mean, log_std, action)
+        else:
+            logits = self.actor(features)
+            flat = self._multi_sample(logits, generator, deterministic)
+            out[keys.LOGPROB] = self._multi_log_prob(logits, flat)
+            action = flat.reshape(*td.batch_size, *self.env_spec.action_shape)
         out[keys.ACTION] = action
         if not deterministic:
             out[keys.VALUE] = self.critic(features).squeeze(-1)
@@ -136,14 +148,36 @@ class PPO(RLModule):
         """``(logprob, entropy, value)`` of the stored actions under the current weights (with gradients)."""
         features = self._features(td)
         action = td[keys.ACTION]
-        if self.env_spec.discrete:
+        kind = self.env_spec.action_kind
+        if kind == "discrete":
             logits = self._logits(td, features)
             logprob, entropy = D.categorical_log_prob(logits, action), D.categorical_entropy(logits)
-        else:
+        elif kind == "box":
             mean = self.actor(features)
             log_std = self.log_std.expand_as(mean)
             logprob, entropy = D.normal_log_prob(mean, log_std, action), D.normal_entropy(log_std)
+        else:
+            logits = self.actor(features)
+            logprob = self._multi_log_prob(logits, action.reshape(*td.batch_size, -1))
+            entropy = self._multi_entropy(logits)
         return logprob, entropy, self.critic(features).squeeze(-1)
+
+    # MultiDiscrete: independent categoricals over the logits split by ``nvec``; MultiBinary: independent Bernoullis.
+    def _multi_sample(self, logits: torch.Tensor, generator: Any, deterministic: bool) -> torch.Tensor:
+        nvec = self.env_spec.action_nvec
+        if nvec:
+            return D.multi_categorical_sample(logits, nvec, generator, deterministic)
+        return D.bernoulli_sample(logits, generator, deterministic)
+
+    def _multi_log_prob(self, logits: torch.Tensor, flat_action: torch.Tensor) -> torch.Tensor:
+        nvec = self.env_spec.action_nvec
+        if nvec:
+            return D.multi_categorical_log_prob(logits, nvec, flat_action)
+        return D.bernoulli_log_prob(logits, flat_action)
+
+    def _multi_entropy(self, logits: torch.Tensor) -> torch.Tensor:
+        nvec = self.env_spec.action_nvec
+        return D.multi_categorical_entropy(logits, nvec) if nvec else D.bernoulli_entropy(logits)
 
     @torch.no_grad()
     def process_rollout(self, batch: TensorDict) -> TensorDict:
@@ -272,7 +306,7 @@ class PPO(RLModule):
         metrics["train/explained_variance"] = explained_variance(batch[keys.VALUE], batch[keys.RETURN])
         metrics["train/lr"] = torch.tensor(self.optimizers().param_groups[0]["lr"])
         metrics["policy/lag"] = (self.policy_version - 1 - batch[keys.POLICY_VERSION]).max().float()
-        if not self.env_spec.discrete:
+        if self.env_spec.action_kind == "box":
             metrics["policy/std"] = self.log_std.detach().exp().mean()
         for key, value in rollout_stats.items():
             metrics[key] = value

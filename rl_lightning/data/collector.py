@@ -44,7 +44,7 @@ class Collector(CollectorBase):
             obs = self._obs
             acted = policy(obs, self.generator)
             out = self.env.step(acted[keys.ACTION])
-            row = {**obs.to_dict(), **acted.to_dict()}
+            row = {**dict(obs.items()), **dict(acted.items())}  # nested TensorDicts (Dict obs) stay whole
             for key in _STEP_KEYS:
                 row[key] = out[key]
             rows.append(row)
@@ -70,6 +70,6 @@ class Collector(CollectorBase):
         return batch
 
 
-def _stack_rows(rows: list[dict[str, torch.Tensor]], num_envs: int, device: torch.device) -> TensorDict:
+def _stack_rows(rows: list[dict[str, torch.Tensor | TensorDict]], num_envs: int, device: torch.device) -> TensorDict:
     stacked = {key: torch.stack([row[key] for row in rows]) for key in rows[0]}
     return TensorDict(stacked, batch_size=[len(rows), num_envs], device=device)

@@ -45,6 +45,7 @@ from rl_lightning.data.sequence_collector import SequenceCollector
 from rl_lightning.data.stream_handoff import StreamHandOff
 from rl_lightning.data.timing import PhaseTimer
 from rl_lightning.envs.base import BatchedEnv, TorchEnv
+from rl_lightning.envs.gymnasium.backend import SNAPSHOT_BACKENDS
 from rl_lightning.errors import ConfigError
 from rl_lightning.evaluation import random_action
 
@@ -213,6 +214,14 @@ class DreamerDataModule(OnPolicyDataModule):
 
     def check_fit_config(self, module: Any) -> None:
         """Configs that could never train are errors here, before any env exists."""
+        if not self.env.can_snapshot:
+            # The sequence collector holds an env still for the tick that shows its terminal observation, by
+            # stepping a copy of the state and keeping the old one (see SequenceCollector). A batch-stepping
+            # backend cannot hold one env still while stepping the rest, so it cannot feed this stream.
+            raise ConfigError(
+                f"data.env={type(self.env).__name__}: DreamerV3's sequence collector steps copies of the env state "
+                f"and this backend cannot snapshot; use a backend that can: {SNAPSHOT_BACKENDS}"
+            )
         super().check_fit_config(module)
         self._check_replay()
         self._check_engine(self._resolve_device())

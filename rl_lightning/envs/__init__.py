@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rl_lightning.envs.base import BatchedEnv, EnvSpec, TorchEnv
+from rl_lightning.envs.base import BatchedEnv, EnvSpec, ObsLeaf, TorchEnv
 from rl_lightning.envs.cartpole import CartPole
 from rl_lightning.envs.catch import Catch
 from rl_lightning.envs.gymnasium import ClassSpec, EnvPoolEnv, GymnasiumEnv, GymnasiumVectorEnv
@@ -16,6 +16,7 @@ __all__ = [
     "ClassSpec",
     "EnvPoolEnv",
     "EnvSpec",
+    "ObsLeaf",
     "GymnasiumEnv",
     "GymnasiumVectorEnv",
     "Pendulum",

@@ -21,19 +21,44 @@ from rl_lightning.errors import ConfigError
 
 
 @dataclass(frozen=True)
+class ObsLeaf:
+    """One observation array as the env contract carries it (per env, without the batch dim).
+
+    Attributes:
+        shape: shape of one observation (``()`` for a ``Discrete`` observation).
+        dtype: the dtype it keeps in every store (``uint8`` pixels stay ``uint8``); networks convert it.
+        classes: ``n`` for a ``Discrete(n)`` observation (int64 index, one-hot inside the network), else 0.
+    """
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype = torch.float32
+    classes: int = 0
+
+
+#: The action space kinds an ``EnvSpec`` can describe (``EnvSpec.action_kind``).
+ACTION_KINDS = ("discrete", "box", "multi_discrete", "multi_binary")
+
+
+@dataclass(frozen=True)
 class EnvSpec:
     """What a module needs to know about an env to build its networks.
 
     Attributes:
         name: human-readable env name (for logs and errors).
-        obs_shape: shape of one observation.
-        discrete: True for ``Discrete(n)`` actions (int64 ``[B]``), False for boxes (float ``[B, *action_shape]``).
+        obs_shape: shape of one observation (``()`` for a ``Dict`` observation: see ``obs_keys``).
+        discrete: True for ``Discrete(n)`` actions (int64 ``[B]``); False for every other kind (``action_kind``).
         num_actions: ``n`` for discrete envs, else 0.
-        action_shape: shape of one continuous action, ``()`` for discrete envs.
-        action_low: per-dimension lower bounds of a continuous action (flattened), ``()`` for discrete.
-        action_high: per-dimension upper bounds of a continuous action (flattened), ``()`` for discrete.
+        action_shape: shape of one non-``Discrete`` action, ``()`` for discrete envs.
+        action_low: per-dimension lower bounds of a continuous action (flattened), ``()`` otherwise.
+        action_high: per-dimension upper bounds of a continuous action (flattened), ``()`` otherwise.
         has_action_mask: whether step/reset outputs carry ``action_mask`` (bool ``[B, n]``).
         max_episode_steps: truncation limit (0 when the env never truncates).
+        obs_dtype: dtype of a single-array observation, kept in every store.
+        obs_classes: ``n`` for a ``Discrete(n)`` observation (int64 ``[B]``), else 0.
+        obs_keys: for a ``Dict`` observation, each leaf's nested key under ``obs`` (a tuple of names) and its
+            ``ObsLeaf``, in a fixed order; empty for a single-array observation.
+        action_nvec: classes per dimension of a ``MultiDiscrete`` action (flattened; int64 ``[B, *action_shape]``).
+        action_binary: the action is ``MultiBinary`` (int64 0/1 ``[B, *action_shape]``).
     """
 
     name: str
@@ -46,6 +71,34 @@ class EnvSpec:
     has_action_mask: bool = False
     max_episode_steps: int = 0
     obs_dtype: torch.dtype = field(default=torch.float32)
+    obs_classes: int = 0
+    obs_keys: tuple[tuple[tuple[str, ...], ObsLeaf], ...] = ()
+    action_nvec: tuple[int, ...] = ()
+    action_binary: bool = False
+
+    @property
+    def action_kind(self) -> str:
+        """``discrete``, ``box``, ``multi_discrete`` or ``multi_binary``."""
+        if self.discrete:
+            return "discrete"
+        if self.action_binary:
+            return "multi_binary"
+        return "multi_discrete" if self.action_nvec else "box"
+
+    def obs_leaves(self) -> list[tuple[tuple[str, ...], ObsLeaf]]:
+        """Every observation array with its nested key under ``obs`` (``()``: ``obs`` itself is the array)."""
+        if self.obs_keys:
+            return list(self.obs_keys)
+        return [((), ObsLeaf(tuple(self.obs_shape), self.obs_dtype, self.obs_classes))]
+
+
+def require_action_kind(spec: EnvSpec, algorithm: str, supported: tuple[str, ...]) -> None:
+    """Refuse, with one line listing what ``algorithm`` supports, an env whose action space it cannot act in."""
+    if spec.action_kind not in supported:
+        raise ConfigError(
+            f"{algorithm} does not support {spec.action_kind} actions (env {spec.name!r}); supported action "
+            f"spaces: {', '.join(supported)}"
+        )
 
 
 _PHYSICS_DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -132,7 +185,7 @@ class TorchEnv(ABC):
                         f"{spec.name}: action {int(action[row])} in env {row} is masked (illegal); "
                         f"sample only where action_mask is True"
                     )
-        else:
+        elif spec.action_kind == "box":
             expected = (batch, *spec.action_shape)
             if tuple(action.shape) != expected or not action.is_floating_point():
                 raise ValueError(
@@ -141,12 +194,32 @@ class TorchEnv(ABC):
                 )
             if not bool(torch.isfinite(action).all()):
                 raise ValueError(f"{spec.name}: action contains NaN/inf; check the policy outputs")
+        else:
+            _check_multi_action(spec, action, batch)
 
     def release(self, state: TensorDict) -> None:  # noqa: B027 - optional hook
         """Free external resources held by ``state`` (snapshot ids); harmless to call twice."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Free everything this env holds."""
+
+
+def _check_multi_action(spec: EnvSpec, action: torch.Tensor, batch: int) -> None:
+    """``MultiDiscrete``/``MultiBinary``: an int tensor ``[B, *action_shape]`` with each entry in its range."""
+    expected = (batch, *spec.action_shape)
+    if tuple(action.shape) != expected or action.is_floating_point() or action.dtype == torch.bool:
+        raise ValueError(
+            f"{spec.name}: action must be an int64 tensor of shape {expected}, got {action.dtype} "
+            f"{tuple(action.shape)}"
+        )
+    nvec = spec.action_nvec or (2,) * int(torch.Size(spec.action_shape).numel())
+    high = torch.tensor(nvec, device=action.device).reshape(spec.action_shape)
+    bad = (action < 0) | (action >= high)
+    if bool(bad.any()):
+        raise ValueError(
+            f"{spec.name}: action {action[bad][0].item()} is outside its {spec.action_kind} range; "
+            f"valid: 0..n-1 with n per dimension {list(nvec)}"
+        )
 
 
 class BatchedEnv:
@@ -222,4 +295,4 @@ class BatchedEnv:
 
 
 # Checkpoints store the module's EnvSpec in its hyper-parameters; let weights-only loading accept it.
-torch.serialization.add_safe_globals([EnvSpec])
+torch.serialization.add_safe_globals([EnvSpec, ObsLeaf])

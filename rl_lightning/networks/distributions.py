@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.nn import functional as F
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -48,6 +49,48 @@ def normal_log_prob(mean: torch.Tensor, log_std: torch.Tensor, action: torch.Ten
 
 def normal_entropy(log_std: torch.Tensor) -> torch.Tensor:
     return (log_std + 0.5 * (1.0 + _LOG_2PI)).sum(-1)
+
+
+# Independent categoricals (``MultiDiscrete``) over logits ``[..., sum(nvec)]`` split per dimension, and independent
+# Bernoullis (``MultiBinary``) over logits ``[..., D]``; actions ``[..., D]`` int64, log-probs and entropies summed.
+
+
+def multi_categorical_sample(
+    logits: torch.Tensor, nvec: tuple[int, ...], generator: torch.Generator | None, deterministic: bool = False
+) -> torch.Tensor:
+    """One class per dimension (Gumbel-max, or argmax when ``deterministic``): ``[..., D]`` int64."""
+    parts = logits.split(list(nvec), dim=-1)
+    picks = [p.argmax(-1) if deterministic else categorical_sample(p, generator) for p in parts]
+    return torch.stack(picks, dim=-1)
+
+
+def multi_categorical_log_prob(logits: torch.Tensor, nvec: tuple[int, ...], action: torch.Tensor) -> torch.Tensor:
+    parts = logits.split(list(nvec), dim=-1)
+    return sum(categorical_log_prob(p, action[..., i]) for i, p in enumerate(parts))
+
+
+def multi_categorical_entropy(logits: torch.Tensor, nvec: tuple[int, ...]) -> torch.Tensor:
+    return sum(categorical_entropy(p) for p in logits.split(list(nvec), dim=-1))
+
+
+def bernoulli_sample(
+    logits: torch.Tensor, generator: torch.Generator | None, deterministic: bool = False
+) -> torch.Tensor:
+    """``1`` with probability ``sigmoid(logit)`` per dimension (``logit > 0`` when ``deterministic``): int64."""
+    if deterministic:
+        return (logits > 0).long()
+    uniform = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
+    return (uniform < torch.sigmoid(logits)).long()
+
+
+def bernoulli_log_prob(logits: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    a = action.to(logits.dtype)
+    return (a * F.logsigmoid(logits) + (1.0 - a) * F.logsigmoid(-logits)).sum(-1)
+
+
+def bernoulli_entropy(logits: torch.Tensor) -> torch.Tensor:
+    p = torch.sigmoid(logits)
+    return -(p * F.logsigmoid(logits) + (1.0 - p) * F.logsigmoid(-logits)).sum(-1)
 
 
 # Tanh-squashed, affinely rescaled Normal (Stoix ``NormalAffineTanhDistributionHead``), used by SPO for continuous

@@ -17,11 +17,17 @@ often, as the on-policy loop does).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 from tensordict import TensorDict
 from torch import nn
+
+from rl_lightning.errors import ConfigError
+
+if TYPE_CHECKING:  # networks sit beside envs in the layering: only the spec's type is needed here
+    from rl_lightning.envs.base import EnvSpec
 
 #: Pseudo-count of the prior (mean 0, var 1) the statistics start from (SB3's ``RunningMeanStd`` epsilon).
 PRIOR_COUNT = 1e-4
@@ -215,3 +221,19 @@ class RewardScaler(nn.Module):
         distributed = dist.is_available() and dist.is_initialized()
         world, rank = (dist.get_world_size(), dist.get_rank()) if distributed else (1, 0)
         self.returns = per_rank[rank] if len(per_rank) == world else None
+
+
+def observation_normalizer(spec: EnvSpec, clip: float | None = 10.0) -> nn.Module:
+    """The observation normaliser for an env: one per vector key of a ``Dict`` observation, else one for the array.
+
+    ``Discrete`` observations (indices, one-hot inside the network) and images are not normalised.
+    """
+    if not spec.obs_keys:
+        if spec.obs_classes:
+            raise ConfigError(
+                f"normalize_obs=True: {spec.name} has Discrete observations (one-hot inside the network, nothing to "
+                "normalise); set normalize_obs false"
+            )
+        return ObservationNormalizer(spec.obs_shape, spec.obs_dtype, clip)
+    leaves = {key: (leaf.shape, leaf.dtype) for key, leaf in spec.obs_keys if not leaf.classes}
+    return DictObservationNormalizer(leaves, clip)

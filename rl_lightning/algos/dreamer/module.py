@@ -17,12 +17,14 @@ from rl_lightning.algos.dreamer.player import DreamerPlayer
 from rl_lightning.algos.dreamer.policy import ActionSpace
 from rl_lightning.algos.dreamer.world_model import WorldModel
 from rl_lightning.data.timing import PhaseTimer
-from rl_lightning.envs.base import BatchedEnv, EnvSpec
+from rl_lightning.envs.base import BatchedEnv, EnvSpec, require_action_kind
 from rl_lightning.errors import ConfigError
 from rl_lightning.networks.dreamer_nets import dreamer_size
 from rl_lightning.objectives import dreamer as L
 from rl_lightning.optim import LaProp
 
+#: One-hot (Discrete) or bounded-normal (Box) actions, as the official code; multi-part actions are refused.
+DREAMER_ACTIONS = ("discrete", "box")
 #: loss term → the hyper-parameter holding its scale (I17: loss keys == scale keys).
 LOSS_SCALES = {
     "rec": "rec_scale", "rew": "rew_scale", "con": "con_scale", "dyn": "dyn_scale", "rep": "rep_scale",
@@ -119,6 +121,7 @@ class DreamerV3(RLModule):
         self.save_hyperparameters()
         check_dreamer_hparams(self.hparams)
         spec = self.env_spec
+        require_action_kind(spec, "DreamerV3", DREAMER_ACTIONS)
         if spec.has_action_mask:
             raise ConfigError(f"DreamerV3 does not support action masks (env {spec.name}); use PPO or SPO for it")
         preset = dreamer_size(size)

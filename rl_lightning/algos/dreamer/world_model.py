@@ -11,7 +11,7 @@ from rl_lightning import keys
 from rl_lightning.envs.base import EnvSpec
 from rl_lightning.networks import distributions as D
 from rl_lightning.networks.dreamer_nets import CNNDecoder, CNNEncoder, DreamerSize, Head, MLPDecoder, MLPEncoder
-from rl_lightning.networks.mlp import flat_size
+from rl_lightning.networks.encoders import ObsEncoder
 from rl_lightning.networks.rssm import RSSM
 from rl_lightning.objectives import dreamer as L
 
@@ -20,7 +20,10 @@ class WorldModel(nn.Module):
     """Learns a latent model of the env from replayed sequences.
 
     Vector observations go through an MLP encoder with symlog inputs and are reconstructed in symlog space;
-    images (``[C, H, W]``, uint8 0–255) through a CNN with a sigmoid decoder. Rewards use a two-hot head, the
+    images (``[C, H, W]``, uint8 0–255) through a CNN with a sigmoid decoder. Observations of any dtype,
+    ``Discrete`` (one-hot) and ``Dict`` observations are first turned into one float vector by an ``ObsEncoder``:
+    the keys are concatenated into the MLP encoder and the decoder predicts every key's slice of that vector, as
+    the official code's ``mlp_keys`` do. Rewards use a two-hot head, the
     continue flag a Bernoulli head; both heads read ``feat = concat(deter, stoch)``.
 
     Args:
@@ -48,11 +51,13 @@ class WorldModel(nn.Module):
         continuous_actions: bool = False,
     ) -> None:
         super().__init__()
-        self.image = len(spec.obs_shape) == 3
+        self.image = len(spec.obs_shape) == 3 and not spec.obs_keys
+        #: observation → flat float vector (vector observations only): the MLP encoder's input and decoder target.
+        self.obs_vector = None if self.image else ObsEncoder(spec)
         if self.image:
             self.encoder: nn.Module = CNNEncoder(spec.obs_shape, size.cnn_depth, norm=norm)
         else:
-            self.encoder = MLPEncoder(flat_size(spec.obs_shape), size.hidden, size.mlp_layers, norm=norm)
+            self.encoder = MLPEncoder(self.obs_vector.out_dim, size.hidden, size.mlp_layers, norm=norm)
         self.rssm = RSSM(
             action_dim, self.encoder.out_dim, size.deter, size.hidden, size.stoch, size.classes,
             blocks=size.blocks, unimix=unimix, initial=initial, norm=norm, continuous_actions=continuous_actions,
@@ -61,15 +66,15 @@ class WorldModel(nn.Module):
         if self.image:
             self.decoder: nn.Module = CNNDecoder(feat, spec.obs_shape, size.cnn_depth, norm=norm)
         else:
-            self.decoder = MLPDecoder(feat, flat_size(spec.obs_shape), size.hidden, size.mlp_layers, norm=norm)
+            self.decoder = MLPDecoder(feat, self.obs_vector.out_dim, size.hidden, size.mlp_layers, norm=norm)
         self.reward_codec = L.TwoHot(reward_bins, space=twohot_space)
         self.reward_head = Head(feat, reward_bins, size.hidden, size.head_layers, outscale=0.0, norm=norm)
         self.cont_head = Head(feat, 1, size.hidden, size.head_layers, outscale=1.0, norm=norm)
         self.obs_shape = spec.obs_shape
 
-    def embed(self, obs: torch.Tensor) -> torch.Tensor:
-        """Observation(s) ``[..., *obs_shape]`` → embedding ``[..., E]``."""
-        return self.encoder(obs if self.image else obs.flatten(-len(self.obs_shape)))
+    def embed(self, obs: torch.Tensor | TensorDict) -> torch.Tensor:
+        """Observation(s) ``[..., *obs_shape]`` (or a TensorDict of ``Dict`` keys) → embedding ``[..., E]``."""
+        return self.encoder(obs if self.obs_vector is None else self.obs_vector(obs))
 
     def reward(self, feat: torch.Tensor) -> torch.Tensor:
         """Predicted reward (raw scale) of each feature."""
@@ -109,7 +114,7 @@ class WorldModel(nn.Module):
             target = obs.float() / 255.0
             rec = (self.decoder(feat) - target).pow(2).flatten(2).sum(-1)
         else:
-            rec = (self.decoder(feat) - D.symlog(obs.flatten(2).float())).pow(2).sum(-1)
+            rec = (self.decoder(feat) - D.symlog(self.obs_vector(obs))).pow(2).sum(-1)
         rew = self.reward_codec.loss(self.reward_head(feat), seq[keys.REWARD].float())
         con_target = L.continue_target(seq[keys.TERMINATED].float(), horizon, discount_continue)
         con = F.binary_cross_entropy_with_logits(self.cont_head(feat).squeeze(-1), con_target, reduction="none")

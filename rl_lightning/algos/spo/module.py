@@ -15,14 +15,17 @@ from rl_lightning import keys
 from rl_lightning.algos.base import Policy, RLModule
 from rl_lightning.algos.spo.prior import ActorCriticPrior, gaussian_head
 from rl_lightning.algos.spo.search import SearchConfig, smc_search
-from rl_lightning.envs.base import BatchedEnv, EnvSpec
+from rl_lightning.envs.base import BatchedEnv, EnvSpec, require_action_kind
 from rl_lightning.envs.gymnasium.backend import SNAPSHOT_BACKENDS
 from rl_lightning.errors import ConfigError, check_fields
 from rl_lightning.networks import distributions as D
+from rl_lightning.networks.encoders import ObsEncoder
 from rl_lightning.networks.mlp import flat_size, mlp
-from rl_lightning.networks.normalizers import ObservationNormalizer
+from rl_lightning.networks.normalizers import observation_normalizer
 from rl_lightning.objectives import spo as L
 
+#: SPO's search target and losses are written for one categorical or one tanh-Normal action (spo.md §1.5).
+SPO_ACTIONS = ("discrete", "box")
 SEARCH_ESS = "search_ess"  # [depth] per row: diagnostics, logged and stripped before replay
 SEARCH_ALIVE = "search_alive"
 
@@ -37,7 +40,9 @@ class SPO(RLModule):
     one Adam over three parameter groups (actor, critic, duals: separate learning rates and separately clipped
     gradient norms, equivalent to Stoix's separate optimisers). ``SoftTargetUpdate(tau)`` is attached by
     ``configure_callbacks`` and moves both targets after every gradient step. Discrete actions use a masked
-    categorical policy; box actions a tanh-squashed Normal with decoupled mean/std KL duals per dimension.
+    categorical policy; box actions a tanh-squashed Normal with decoupled mean/std KL duals per dimension;
+    ``MultiDiscrete``/``MultiBinary`` actions are refused. Observations (any dtype, ``Discrete``, ``Dict``) go
+    through an ``ObsEncoder`` (one encoder per key) before actor and critic.
 
     Args:
         env_spec: linked from ``data.env_spec`` by the CLI.
@@ -129,7 +134,9 @@ class SPO(RLModule):
         self.search_config.check()
         _check_hparams(hp)
         spec = self.env_spec
-        obs_dim = flat_size(spec.obs_shape)
+        require_action_kind(spec, "SPO", SPO_ACTIONS)
+        self.encoder = ObsEncoder(spec)
+        obs_dim = self.encoder.out_dim
         out_dim = spec.num_actions if spec.discrete else 2 * flat_size(spec.action_shape)
         self.actor = mlp(obs_dim, out_dim, hidden_sizes, activation, output_gain=0.01)
         self.critic = mlp(obs_dim, 1, hidden_sizes, activation, output_gain=1.0)
@@ -145,10 +152,8 @@ class SPO(RLModule):
             dims = flat_size(spec.action_shape)
             self.log_alpha_mean = nn.Parameter(torch.full((dims,), float(init_log_alpha_mean)))
             self.log_alpha_std = nn.Parameter(torch.full((dims,), float(init_log_alpha_std)))
-        self.obs_normalizer = (
-            ObservationNormalizer(spec.obs_shape, spec.obs_dtype, norm_clip_obs) if normalize_obs else None
-        )
-        self.prior = ActorCriticPrior(self.actor, self.critic, spec, self.obs_normalizer)
+        self.obs_normalizer = observation_normalizer(spec, norm_clip_obs) if normalize_obs else None
+        self.prior = ActorCriticPrior(self.actor, self.critic, spec, self.encoder, self.obs_normalizer)
         self.eval_deterministic = bool(hp.eval_greedy)
         self._search_stats: dict[str, torch.Tensor] = {}
         self.last_metrics: dict[str, Any] = {}

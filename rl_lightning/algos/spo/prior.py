@@ -11,8 +11,10 @@ from tensordict import TensorDict
 from rl_lightning import keys
 from rl_lightning.envs.base import EnvSpec
 from rl_lightning.networks import distributions as D
+from rl_lightning.networks.encoders import ObsEncoder
 
 Network = Callable[[torch.Tensor], torch.Tensor]
+Encoder = Callable[[torch.Tensor | TensorDict], torch.Tensor]
 PolicyParams = tuple[torch.Tensor, ...]  # discrete: (masked logits [B, A],); continuous: (mean, std), each [B, D]
 
 MIN_STD = 1e-3  # scale = softplus(·) + 1e-3, as Stoix's NormalAffineTanhDistributionHead
@@ -31,21 +33,31 @@ class ActorCriticPrior:
     Args:
         actor: flat features ``[B, F]`` → logits ``[B, A]`` (discrete) or ``[B, 2D]`` (mean, pre-softplus std).
         critic: flat features ``[B, F]`` → ``[B, 1]`` or ``[B]`` state values.
-        spec: the env's spec (action space, bounds, observation shape).
-        normalizer: applied to raw observations before both networks (frozen here: only read).
+        spec: the env's spec (action space, bounds, observation leaves).
+        encoder: observation (tensor, or TensorDict of ``Dict`` keys) → flat float features; default
+            ``ObsEncoder(spec)``.
+        normalizer: applied to raw observations before the encoder (frozen here: only read).
     """
 
-    def __init__(self, actor: Network, critic: Network, spec: EnvSpec, normalizer: Network | None = None) -> None:
+    def __init__(
+        self,
+        actor: Network,
+        critic: Network,
+        spec: EnvSpec,
+        encoder: Encoder | None = None,
+        normalizer: Network | None = None,
+    ) -> None:
         self.actor = actor
         self.critic = critic
         self.spec = spec
+        self.encoder = encoder if encoder is not None else ObsEncoder(spec)
         self.normalizer = normalizer
         self._bounds: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def features(self, obs: torch.Tensor) -> torch.Tensor:
+    def features(self, obs: torch.Tensor | TensorDict) -> torch.Tensor:
         if self.normalizer is not None:
             obs = self.normalizer(obs)
-        return obs.reshape(*obs.shape[: obs.dim() - len(self.spec.obs_shape)], -1).float()
+        return self.encoder(obs)
 
     def bounds(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """``(low, high)`` of the box action space as tensors on ``device`` (cached: no copy per step)."""
@@ -62,7 +74,7 @@ class ActorCriticPrior:
             return (D.masked_logits(out, obs.get(keys.ACTION_MASK, None)),)
         return gaussian_head(out)
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
+    def value(self, obs: torch.Tensor | TensorDict) -> torch.Tensor:
         v = self.critic(self.features(obs))
         return v.squeeze(-1) if v.dim() > 1 else v
 

@@ -34,16 +34,19 @@ def draw_seeds(num: int, generator: torch.Generator) -> list[int]:
 
 
 def step_output(
-    rows: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], batch: torch.Size, device: Any
+    rows: tuple[Any, Any, np.ndarray, np.ndarray, np.ndarray], obs_space: Any, batch: torch.Size, device: Any
 ) -> TensorDict:
-    """The contract's step TensorDict from ``(obs, final_obs, reward, terminated, truncated)`` numpy batches."""
+    """The contract's step TensorDict from ``(obs, final_obs, reward, terminated, truncated)`` numpy batches.
+
+    ``obs`` and ``final_obs`` are batches in ``obs_space``'s terms (arrays, or dicts of arrays for ``Dict``).
+    """
     obs, final_obs, reward, terminated, truncated = rows
     terminated = torch.as_tensor(np.asarray(terminated, dtype=bool), device=device)
     truncated = torch.as_tensor(np.asarray(truncated, dtype=bool), device=device)
     return TensorDict(
         {
-            keys.OBS: obs_tensor(obs, device),
-            keys.FINAL_OBS: obs_tensor(final_obs, device),
+            keys.OBS: obs_tensor(obs, obs_space, device),
+            keys.FINAL_OBS: obs_tensor(final_obs, obs_space, device),
             keys.REWARD: torch.as_tensor(np.asarray(reward), dtype=torch.float32).to(device),
             keys.TERMINATED: terminated,
             keys.TRUNCATED: truncated,
@@ -76,6 +79,7 @@ class GymnasiumBackend(TorchEnv):
         try:
             self.spec = env_spec(self.factory.name, probe.observation_space, probe.action_space, time_limit(probe))
             self._action_space = probe.action_space
+            self._obs_space = probe.observation_space
         finally:
             probe.close()
 
@@ -112,7 +116,7 @@ class VectorBackend(GymnasiumBackend):
 
     def observe(self, state: TensorDict) -> TensorDict:
         self._check_live(state)
-        return TensorDict({keys.OBS: obs_tensor(self._obs, state.device)}, batch_size=state.batch_size)
+        return TensorDict({keys.OBS: obs_tensor(self._obs, self._obs_space, state.device)}, batch_size=state.batch_size)
 
     def step_state(
         self, state: TensorDict, action: torch.Tensor, generator: torch.Generator, inplace: bool = False
@@ -129,7 +133,7 @@ class VectorBackend(GymnasiumBackend):
         except Exception as err:  # the vector env does not say which sub-env raised: name the batch
             raise EnvError(self.env_id, None, self._num or 0, f"raised {type(err).__name__} in step(): {err}") from err
         self._obs = rows[0]
-        return state, step_output(rows, state.batch_size, state.device)
+        return state, step_output(rows, self._obs_space, state.batch_size, state.device)
 
     def _check_live(self, state: TensorDict) -> None:
         if self._num is None or state.batch_size[0] != self._num:

@@ -89,6 +89,7 @@ class EnvPoolEnv(VectorBackend):
         outer = self._chain[-1] if self._chain else _SpacesOnly(obs_space, act_space)
         self.spec = env_spec(env_id, outer.observation_space, outer.action_space, pool_spec.config.max_episode_steps)
         self._action_space = outer.action_space
+        self._obs_space = outer.observation_space
         self._num = None
         self._obs = None
         self._pool: Any = None

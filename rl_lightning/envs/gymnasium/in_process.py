@@ -22,7 +22,7 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.envs.gymnasium.backend import GymnasiumBackend, draw_seeds, step_output
-from rl_lightning.envs.gymnasium.spaces import gym_actions, obs_tensor
+from rl_lightning.envs.gymnasium.spaces import gym_actions, obs_tensor, stack_obs
 from rl_lightning.envs.gymnasium.wrappers import ClassConfig
 from rl_lightning.errors import EnvError
 
@@ -107,9 +107,9 @@ class GymnasiumEnv(GymnasiumBackend):
         return EnvError(self.factory.name, index, num, f"raised {type(err).__name__} in {call}(): {err}")
 
     def observe(self, state: TensorDict) -> TensorDict:
-        """Return the current float32 observation of each snapshot."""
-        obs = np.stack([self._current_obs(sid) for sid in self._ids(state)])
-        return TensorDict({keys.OBS: obs_tensor(obs, state.device)}, batch_size=state.batch_size)
+        """Return the current observation of each snapshot (dtype kept; a ``Dict`` space as nested keys)."""
+        obs = stack_obs([self._current_obs(sid) for sid in self._ids(state)], self._obs_space)
+        return TensorDict({keys.OBS: obs_tensor(obs, self._obs_space, state.device)}, batch_size=state.batch_size)
 
     @staticmethod
     def _ids(state: TensorDict) -> list[int]:
@@ -137,7 +137,10 @@ class GymnasiumEnv(GymnasiumBackend):
                 if not inplace:  # do not leak the copies taken for this step
                     self.release(self._state(next_ids, None))
                 raise self._env_error(index, len(next_ids), "step", err) from err
-        out = step_output(tuple(np.stack(col) for col in zip(*rows, strict=True)), state.batch_size, state.device)
+        obs, final_obs, reward, terminated, truncated = zip(*rows, strict=True)
+        batch = (stack_obs(obs, self._obs_space), stack_obs(final_obs, self._obs_space), np.asarray(reward),
+                 np.asarray(terminated), np.asarray(truncated))  # fmt: skip
+        out = step_output(batch, self._obs_space, state.batch_size, state.device)
         if inplace and next_ids == ids:
             return state, out
         return self._state(next_ids, state.device), out
@@ -151,7 +154,7 @@ class GymnasiumEnv(GymnasiumBackend):
             seen.add(sid)
         return out
 
-    def _step_one(self, sid: int, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, bool, bool]:
+    def _step_one(self, sid: int, action: np.ndarray) -> tuple[Any, Any, float, bool, bool]:
         env = self._env(sid)
         final_obs, reward, terminated, truncated, _ = env.step(action)
         obs = env.reset()[0] if terminated or truncated else final_obs

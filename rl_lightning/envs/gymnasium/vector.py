@@ -16,6 +16,7 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 
 from rl_lightning.envs.gymnasium.backend import VectorBackend
+from rl_lightning.envs.gymnasium.spaces import with_final_obs
 from rl_lightning.envs.gymnasium.wrappers import ClassConfig
 from rl_lightning.errors import ConfigError
 
@@ -73,9 +74,8 @@ class GymnasiumVectorEnv(VectorBackend):
     def _step_all(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         assert self._venv is not None
         obs, reward, terminated, truncated, info = self._venv.step(actions)
-        final_obs = obs.copy()
-        for i in np.flatnonzero(info.get("_final_obs", ())):
-            final_obs[i] = info["final_obs"][i]
+        mask = np.asarray(info.get("_final_obs", np.zeros(len(reward), dtype=bool)))
+        final_obs = with_final_obs(obs, info.get("final_obs", [None] * len(reward)), mask, self._obs_space)
         return obs, final_obs, reward, terminated, truncated
 
     def _unstarted(self) -> dict[str, Any]:
