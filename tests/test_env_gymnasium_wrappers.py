@@ -129,3 +129,15 @@ def test_env_class_arguments_and_errors() -> None:
         GymnasiumEnv("CartPole-v1", env_class=ClassSpec("tests.my_envs.Corridor"))
     with pytest.raises(ConfigError, match="env_kwargs=.*gymnasium.make"):
         GymnasiumEnv("CartPole-v1", {"no_such_kwarg": 1})
+
+
+def test_missing_simulator_package_names_the_extra(monkeypatch) -> None:
+    """An env family whose package is missing (MuJoCo here) is one ConfigError naming this package's extra."""
+    import gymnasium
+
+    def make(*_, **__):
+        raise gymnasium.error.DependencyNotInstalled('MuJoCo is not installed, run `pip install "gymnasium[mujoco]"`')
+
+    monkeypatch.setattr(gymnasium, "make", make)
+    with pytest.raises(ConfigError, match=r"env_id='Pendulum-v1' needs a package.*rl_lightning\[mujoco\]"):
+        GymnasiumEnv(env_id="Pendulum-v1")

@@ -179,7 +179,8 @@ def test_dict_observations_are_normalised_per_vector_key_before_the_encoders(tmp
     }
     trainer(tmp_path).fit(module, dm)
     velocity = module.obs_normalizer.normalizers["velocity"].rms
-    assert velocity.count > 100 and velocity.mean.dtype == torch.float64
+    assert velocity.count > 100
+    assert velocity.mean.dtype == torch.float64
     env = BatchedEnv(gym("TwoKeyDict", length=2), 4, seed=7)
     obs = env.reset()[keys.OBS]
     env.close()

@@ -76,6 +76,9 @@ class EnvFactory:
         name = resolve_env_id(self.env_id)
         try:
             return gymnasium.make(name, **self.env_kwargs)
+        except gymnasium.error.DependencyNotInstalled as err:
+            hint = _install_hint(err)
+            raise ConfigError(f"env_id={self.env_id!r} needs a package that is not installed: {hint}") from None
         except Exception as err:  # bad env_kwargs surface as TypeError from the env constructor
             detail = " ".join(f"{type(err).__name__}: {err}".split())
             raise ConfigError(
@@ -84,3 +87,16 @@ class EnvFactory:
 
     def __call__(self) -> gymnasium.Env:
         return apply_wrappers(self.make_raw(), self.wrappers)
+
+
+#: Extras of this package that install what Gymnasium's optional env families need.
+_EXTRAS = {"mujoco": "mujoco", "ale": "atari", "atari": "atari"}
+
+
+def _install_hint(err: Exception) -> str:
+    """Gymnasium's own message, with this package's extra where one installs the missing family."""
+    message = " ".join(str(err).split())
+    for word, extra in _EXTRAS.items():
+        if word in message.lower():
+            return f"{message}; install the extra: pip install 'rl_lightning[{extra}]'"
+    return message
