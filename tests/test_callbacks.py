@@ -227,3 +227,14 @@ def test_progress_bar_counts_env_steps_against_the_budget_after_a_resume(tmp_pat
         assert initial == 128  # tqdm's rate and ETA count only the resumed session's steps
     assert "return=" in probe.lines[-1][1]
     assert "sps=" in probe.lines[-1][1]
+
+
+def test_checkpoint_files_are_named_by_env_steps(tmp_path):
+    """Periodic checkpoints carry the env step they were taken at, the clock users think in."""
+    pl.seed_everything(0)
+    module, dm = tiny_ppo(total_env_steps=128)
+    checkpoint = RLCheckpoint(every_n_updates=1, dirpath=str(tmp_path / "ckpt"), save_top_k=-1)
+    trainer(tmp_path, callbacks=[checkpoint], enable_checkpointing=True).fit(module, dm)
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("*.ckpt")) == [
+        "env_steps=128.ckpt", "env_steps=64.ckpt", "last.ckpt"
+    ]
