@@ -82,6 +82,28 @@ class AtariPreset:
                 "max_num_frames_per_episode": self.max_episode_frames}  # fmt: skip
 
 
+    def envpool_kwargs(self) -> dict:
+        """``envpool.make`` options of an EnvPool Atari task (``{Game}-v5``, baselines-style by default).
+
+        EnvPool draws its no-op count from ``[0, noop_max - 1]``: ``noop_max=1`` is no no-ops (0 crashes it).
+        """
+        return {"episodic_life": self.life_loss, "reward_clip": self.clips, "repeat_action_probability": self.sticky,
+                "full_action_space": self.full_action_space, "noop_max": max(self.noop_max, 1),
+                "use_fire_reset": self.fire_reset, "frame_skip": self.frame_skip, "img_height": self.size,
+                "img_width": self.size, "gray_scale": self.grayscale, "stack_num": self.stack,
+                "max_episode_steps": self.max_episode_frames // self.frame_skip}  # fmt: skip
+
+    def ale_vector_kwargs(self) -> dict:
+        """``ale_py.vector_env.AtariVectorEnv`` options; its ``episodic_life`` restarts the game after a life loss,
+        so the baselines life loss is its ``life_loss_info`` (terminated, the game goes on)."""
+        return {"frameskip": self.frame_skip, "maxpool": True, "repeat_action_probability": self.sticky,
+                "full_action_space": self.full_action_space, "noop_max": self.noop_max,
+                "use_fire_reset": self.fire_reset, "episodic_life": False, "life_loss_info": self.life_loss,
+                "reward_clipping": self.clips, "img_height": self.size, "img_width": self.size,
+                "grayscale": self.grayscale, "stack_num": self.stack,
+                "max_num_frames_per_episode": self.max_episode_frames}  # fmt: skip
+
+
 PRESETS = {
     "baselines": AtariPreset(
         "baselines", v5=False, frame_skip=4, sticky=0.0, full_action_space=False, noop_max=30, fire_reset=True,
