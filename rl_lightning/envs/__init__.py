@@ -5,11 +5,12 @@ from __future__ import annotations
 from rl_lightning.envs.base import BatchedEnv, EnvSpec, ObsLeaf, TorchEnv
 from rl_lightning.envs.cartpole import CartPole
 from rl_lightning.envs.catch import Catch
-from rl_lightning.envs.gymnasium import ClassSpec, EnvPoolEnv, GymnasiumEnv, GymnasiumVectorEnv
+from rl_lightning.envs.gymnasium import AleVectorEnv, ClassSpec, EnvPoolEnv, GymnasiumEnv, GymnasiumVectorEnv
 from rl_lightning.envs.pendulum import Pendulum
 from rl_lightning.envs.tictactoe import TicTacToe
 
 __all__ = [
+    "AleVectorEnv",
     "BatchedEnv",
     "CartPole",
     "Catch",

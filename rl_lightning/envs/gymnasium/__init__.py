@@ -3,6 +3,9 @@
 * ``GymnasiumEnv``: in-process, one env copy at a time; the only backend with snapshots (SPO's search).
 * ``GymnasiumVectorEnv``: Gymnasium's ``SyncVectorEnv`` / ``AsyncVectorEnv`` (``mode: sync | async``).
 * ``EnvPoolEnv``: EnvPool's C++ thread pool (``pip install rl_lightning[envpool]``).
+* ``AleVectorEnv``: ale-py's C++ ``AtariVectorEnv``, Atari presets only (``pip install rl_lightning[atari]``).
+
+Atari games run under a named preset (``atari_preset``; see ``atari``) on every backend.
 
 All take the same env arguments (``env_id`` or ``env_class``, ``env_kwargs``, ``wrappers``), present the same
 same-step-autoreset contract, and seed env ``i`` from the run's generator.
@@ -10,10 +13,19 @@ same-step-autoreset contract, and seed env ``i`` from the run's generator.
 
 from __future__ import annotations
 
+from rl_lightning.envs.gymnasium.ale_vector import AleVectorEnv
 from rl_lightning.envs.gymnasium.backend import GymnasiumBackend, VectorBackend
 from rl_lightning.envs.gymnasium.envpool import EnvPoolEnv
 from rl_lightning.envs.gymnasium.in_process import GymnasiumEnv
 from rl_lightning.envs.gymnasium.vector import GymnasiumVectorEnv
 from rl_lightning.envs.gymnasium.wrappers import ClassSpec
 
-__all__ = ["ClassSpec", "EnvPoolEnv", "GymnasiumBackend", "GymnasiumEnv", "GymnasiumVectorEnv", "VectorBackend"]
+__all__ = [
+    "AleVectorEnv",
+    "ClassSpec",
+    "EnvPoolEnv",
+    "GymnasiumBackend",
+    "GymnasiumEnv",
+    "GymnasiumVectorEnv",
+    "VectorBackend",
+]

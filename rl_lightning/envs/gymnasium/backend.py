@@ -17,6 +17,7 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.envs.base import TorchEnv
+from rl_lightning.envs.gymnasium.atari import named_preset
 from rl_lightning.envs.gymnasium.factory import EnvFactory
 from rl_lightning.envs.gymnasium.spaces import env_spec, gym_actions, obs_tensor
 from rl_lightning.envs.gymnasium.wrappers import ClassConfig, time_limit
@@ -65,6 +66,9 @@ class GymnasiumBackend(TorchEnv):
         env_kwargs: extra keyword arguments for ``gymnasium.make`` (e.g. ``max_episode_steps``).
         env_class: instead of ``env_id``: a ``gymnasium.Env`` subclass and its ``init_args``.
         wrappers: wrapper classes with their ``init_args``, applied to each env in order (first = innermost).
+        atari_preset: ``"baselines"`` or ``"machado"`` (``rl_lightning.envs.gymnasium.atari``): ``env_id`` names
+            the game (``Breakout``) and the preset its ALE id, settings and processing.
+        atari_eval: the preset's evaluation form (whole games, raw scores); ``fresh`` (the eval env) sets it.
     """
 
     def __init__(
@@ -73,8 +77,12 @@ class GymnasiumBackend(TorchEnv):
         env_kwargs: dict[str, Any] | None = None,
         env_class: ClassConfig | None = None,
         wrappers: list[ClassConfig] | None = None,
+        *,
+        atari_preset: str | None = None,
+        atari_eval: bool = False,
     ) -> None:
-        self.factory = EnvFactory(env_id, env_kwargs, env_class, wrappers)
+        self.atari = named_preset(atari_preset, atari_eval)
+        self.factory = EnvFactory(env_id, env_kwargs, env_class, wrappers, self.atari)
         probe = self.factory()
         try:
             self.spec = env_spec(self.factory.name, probe.observation_space, probe.action_space, time_limit(probe))
@@ -86,6 +94,13 @@ class GymnasiumBackend(TorchEnv):
     @property
     def env_id(self) -> str:
         return self.factory.name
+
+    def fresh(self) -> TorchEnv:
+        """A new env with this one's arguments; with an Atari preset its evaluation form (whole games, raw scores)."""
+        args, kwargs = self._init_args
+        if kwargs.get("atari_preset") is not None:
+            kwargs = {**kwargs, "atari_eval": True}
+        return type(self)(*args, **kwargs)
 
 
 class VectorBackend(GymnasiumBackend):

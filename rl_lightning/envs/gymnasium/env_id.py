@@ -8,17 +8,23 @@ with one line:
   loader read; 1.0 dropped the loader, so it is revived here): its module is imported and, when the entry
   point names a function, the function is called. They are loaded only when an id is not registered.
 * a registered id, e.g. ``"CartPole-v1"``.
+
+ALE ids (``ALE/Breakout-v5``, ``BreakoutNoFrameskip-v4``) need no import from the user: ``ale_py``, which
+registers them, is imported when an unregistered id looks like one (missing: one line naming the extra), or
+whenever an id is unknown and ``ale_py`` is installed.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import inspect
 from importlib.metadata import entry_points
 
 import gymnasium
 
+from rl_lightning.envs.gymnasium.atari import import_ale, looks_like_ale
 from rl_lightning.errors import ConfigError
 
 #: Entry-point group whose members register Gymnasium envs.
@@ -76,6 +82,8 @@ def resolve_env_id(env_id: str, field: str = "env_id") -> str:
     module, _, name = env_id.rpartition(":")
     if module:
         import_module(module, f"{field}={env_id!r}")
+    if not _registered(name) and (looks_like_ale(name) or importlib.util.find_spec("ale_py") is not None):
+        import_ale(f"{field}={env_id!r}")
     if not _registered(name):
         load_plugins()
     try:

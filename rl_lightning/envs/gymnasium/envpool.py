@@ -22,6 +22,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
+from rl_lightning.envs.gymnasium.atari import AtariPreset, game_name, named_preset
 from rl_lightning.envs.gymnasium.backend import VectorBackend
 from rl_lightning.envs.gymnasium.spaces import env_spec
 from rl_lightning.envs.gymnasium.wrappers import ClassConfig, apply_wrappers, check_wrappers, class_spec
@@ -44,6 +45,15 @@ def _silence_box_cast_notice() -> None:
     warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32", category=UserWarning)
 
 
+def _preset_task(env_id: str, env_kwargs: dict[str, Any] | None, preset: AtariPreset) -> tuple[str, dict[str, Any]]:
+    """EnvPool's task id of the game and its options under ``preset`` (``env_kwargs`` may not override them)."""
+    fixed = sorted(set(env_kwargs or {}) & set(preset.envpool_kwargs()))
+    if fixed:
+        raise ConfigError(f"env_kwargs sets {fixed}, which atari_preset={preset.name!r} fixes; drop them or the preset")
+    game = game_name(env_id, preset, "{game}-v5")
+    return f"{game}-v5", {**(env_kwargs or {}), **preset.envpool_kwargs()}
+
+
 class _SpacesOnly(gymnasium.Env):
     """An env that only has spaces: the innermost env of the wrapper chain mirrored around an EnvPool."""
 
@@ -60,6 +70,9 @@ class EnvPoolEnv(VectorBackend):
         env_kwargs: EnvPool options for ``envpool.make`` (e.g. ``max_episode_steps``, ``frame_skip``).
         wrappers: observation/action wrapper classes with their ``init_args``, in order (see the module doc).
         num_threads: EnvPool worker threads (0: EnvPool's default).
+        atari_preset: ``"baselines"`` or ``"machado"``: ``env_id`` names the game (``Breakout`` or
+            ``Breakout-v5``) and the preset sets EnvPool's Atari options (``rl_lightning.envs.gymnasium.atari``).
+        atari_eval: the preset's evaluation form (whole games, raw scores); ``fresh`` (the eval env) sets it.
     """
 
     def __init__(
@@ -68,8 +81,14 @@ class EnvPoolEnv(VectorBackend):
         env_kwargs: dict[str, Any] | None = None,
         wrappers: list[ClassConfig] | None = None,
         num_threads: int = 0,
+        *,
+        atari_preset: str | None = None,
+        atari_eval: bool = False,
     ) -> None:  # deliberately not GymnasiumBackend.__init__: the id is EnvPool's, not Gymnasium's
         envpool = _import_envpool()
+        self.atari = named_preset(atari_preset, atari_eval)
+        if self.atari is not None:
+            env_id, env_kwargs = _preset_task(env_id, env_kwargs, self.atari)
         if env_id not in envpool.list_all_envs():
             matches = difflib.get_close_matches(env_id, envpool.list_all_envs(), n=3, cutoff=0.5)
             hint = f"did you mean {', '.join(repr(m) for m in matches)}? " if matches else ""

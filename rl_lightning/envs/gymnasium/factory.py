@@ -11,6 +11,8 @@ from typing import Any
 
 import gymnasium
 
+from rl_lightning.envs.gymnasium.atari import AtariPreset, game_name, import_ale
+from rl_lightning.envs.gymnasium.atari_wrappers import wrap_atari
 from rl_lightning.envs.gymnasium.env_id import resolve_env_id
 from rl_lightning.envs.gymnasium.wrappers import (
     ClassConfig,
@@ -34,6 +36,8 @@ class EnvFactory:
         env_kwargs: keyword arguments for ``gymnasium.make`` (e.g. ``max_episode_steps``).
         env_class: a ``gymnasium.Env`` subclass with its ``init_args``, instead of ``env_id``.
         wrappers: wrapper classes with their ``init_args``, applied in order (the first wraps the raw env).
+        atari: an Atari preset (``rl_lightning.envs.gymnasium.atari``): ``env_id`` names the game, the preset
+            picks the ALE id and its settings and wraps the env in its processing (inside ``wrappers``).
     """
 
     def __init__(
@@ -42,6 +46,7 @@ class EnvFactory:
         env_kwargs: dict[str, Any] | None = None,
         env_class: ClassSpec | ClassConfig | None = None,
         wrappers: list[ClassSpec | ClassConfig] | None = None,
+        atari: AtariPreset | None = None,
     ) -> None:
         if (env_id is None) == (env_class is None):
             raise ConfigError(
@@ -56,12 +61,29 @@ class EnvFactory:
         self.env_class = None if env_class is None else class_spec(env_class, "env_class")
         self.wrappers = [class_spec(w, f"wrappers[{i}]") for i, w in enumerate(wrappers or [])]
         if env_id is not None:
-            resolve_env_id(env_id)
+            if atari is None:
+                resolve_env_id(env_id)
         elif issubclass(import_class(self.env_class, gymnasium.Env, "env_class"), gymnasium.Wrapper):
             raise ConfigError(
                 f"env_class.class_path={self.env_class.class_path!r} is a wrapper; list it under wrappers"
             )
         check_wrappers(self.wrappers)
+        self.atari = atari
+        if atari is not None:
+            self._use_preset(atari)
+
+    def _use_preset(self, atari: AtariPreset) -> None:
+        """Name the preset's Gymnasium id of the game; ``env_kwargs`` may not override the preset's settings."""
+        if self.env_id is None:
+            raise ConfigError(f"atari_preset={atari.name!r} needs env_id (the game), not env_class")
+        fixed = sorted(set(self.env_kwargs) & set(atari.gym_kwargs()))
+        if fixed:
+            raise ConfigError(
+                f"env_kwargs sets {fixed}, which atari_preset={atari.name!r} fixes; drop them or the preset"
+            )
+        import_ale(f"atari_preset={atari.name!r}")
+        self.env_id = atari.gym_id(game_name(self.env_id, atari, atari.gym_id("{game}")))
+        resolve_env_id(self.env_id)
 
     @property
     def name(self) -> str:
@@ -74,8 +96,9 @@ class EnvFactory:
             cls = import_class(self.env_class, gymnasium.Env, "env_class")
             return construct(cls, self.env_class, "env_class")
         name = resolve_env_id(self.env_id)
+        kwargs = self.env_kwargs if self.atari is None else {**self.env_kwargs, **self.atari.gym_kwargs()}
         try:
-            return gymnasium.make(name, **self.env_kwargs)
+            return gymnasium.make(name, **kwargs)
         except gymnasium.error.DependencyNotInstalled as err:
             hint = _install_hint(err)
             raise ConfigError(f"env_id={self.env_id!r} needs a package that is not installed: {hint}") from None
@@ -86,7 +109,10 @@ class EnvFactory:
             ) from None
 
     def __call__(self) -> gymnasium.Env:
-        return apply_wrappers(self.make_raw(), self.wrappers)
+        env = self.make_raw()
+        if self.atari is not None:
+            env = wrap_atari(env, self.atari)
+        return apply_wrappers(env, self.wrappers)
 
 
 #: Extras of this package that install what Gymnasium's optional env families need.

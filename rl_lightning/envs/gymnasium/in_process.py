@@ -43,6 +43,8 @@ class GymnasiumEnv(GymnasiumBackend):
         env_kwargs: extra keyword arguments for ``gymnasium.make`` (e.g. ``max_episode_steps``).
         env_class: instead of ``env_id``: a ``gymnasium.Env`` subclass and its ``init_args``.
         wrappers: wrapper classes with their ``init_args``, applied to each env in order (first = innermost).
+        atari_preset, atari_eval: an Atari preset for ``env_id`` (the game) and its evaluation form; see
+            ``GymnasiumBackend``.
     """
 
     state_is_tensors = False  # the state is snapshot ids into a registry of Python env objects
@@ -53,8 +55,11 @@ class GymnasiumEnv(GymnasiumBackend):
         env_kwargs: dict[str, Any] | None = None,
         env_class: ClassConfig | None = None,
         wrappers: list[ClassConfig] | None = None,
+        *,
+        atari_preset: str | None = None,
+        atari_eval: bool = False,
     ) -> None:
-        super().__init__(env_id, env_kwargs, env_class, wrappers)
+        super().__init__(env_id, env_kwargs, env_class, wrappers, atari_preset=atari_preset, atari_eval=atari_eval)
         self.env_kwargs = self.factory.env_kwargs
         self._envs: dict[int, gymnasium.Env] = {}
         self._obs: dict[int, np.ndarray] = {}

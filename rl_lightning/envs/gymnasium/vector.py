@@ -33,6 +33,8 @@ class GymnasiumVectorEnv(VectorBackend):
         env_kwargs: extra keyword arguments for ``gymnasium.make``.
         env_class: instead of ``env_id``: a ``gymnasium.Env`` subclass and its ``init_args``.
         wrappers: wrapper classes with their ``init_args``, applied to each env in order (first = innermost).
+        atari_preset, atari_eval: an Atari preset for ``env_id`` (the game) and its evaluation form; see
+            ``GymnasiumBackend``.
         mode: ``"sync"`` (``SyncVectorEnv``) or ``"async"`` (``AsyncVectorEnv``, subprocesses).
         shared_memory: async only: workers write observations into shared memory.
         context: async only: multiprocessing start method (``None``: the platform default).
@@ -47,10 +49,13 @@ class GymnasiumVectorEnv(VectorBackend):
         mode: str = "sync",
         shared_memory: bool = True,
         context: str | None = None,
+        *,
+        atari_preset: str | None = None,
+        atari_eval: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ConfigError(f"mode={mode!r} is not a Gymnasium vector mode; choose one of {list(MODES)}")
-        super().__init__(env_id, env_kwargs, env_class, wrappers)
+        super().__init__(env_id, env_kwargs, env_class, wrappers, atari_preset=atari_preset, atari_eval=atari_eval)
         self.mode = mode
         self.shared_memory = shared_memory
         self.context = context
