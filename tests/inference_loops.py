@@ -18,6 +18,7 @@ from tensordict import TensorDict
 
 import rl_lightning
 from rl_lightning import keys
+from rl_lightning.algos import PPO
 from rl_lightning.envs import GymnasiumEnv
 from rl_lightning.envs.base import BatchedEnv
 from rl_lightning.envs.gymnasium.backend import draw_seeds
@@ -74,7 +75,7 @@ def ppo(ckpt: str, env_id: str, episodes: int, seed: int) -> dict[str, Any]:
     batched = policy(batch)
     singles = np.stack([policy(obs) for obs in seen])
     from_tensor = policy(torch.as_tensor(batch))
-    forward = module(batch)
+    forward = PPO.load_from_checkpoint(ckpt, map_location="cpu")(batch)  # ``module(obs)``: the Lightning way
     out = {
         "returns": returns,
         "mismatches": mismatches,

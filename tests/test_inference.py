@@ -19,8 +19,9 @@ import pytest
 import torch
 import yaml
 from gymnasium import spaces
+from tensordict import TensorDict
 
-from rl_lightning import Policy
+from rl_lightning import Policy, keys
 from rl_lightning.algos import PPO
 from rl_lightning.envs import Pendulum, TicTacToe
 from rl_lightning.envs.base import BatchedEnv
@@ -224,6 +225,14 @@ def _one_line(call: Any) -> str:
     with pytest.raises(ConfigError) as info:
         call()
     return str(info.value)
+
+
+def test_calling_a_module_acts_like_its_deterministic_act():
+    module = _pendulum_ppo().eval()
+    batch = torch.tensor([[1.0, 0.0, 0.5], [0.0, 1.0, -3.0]])
+    expected = module.act(TensorDict({keys.OBS: batch}, batch_size=[2]), deterministic=True)[keys.ACTION]
+    assert torch.equal(module(batch), expected)  # the contract action: unclipped, as BatchedEnv takes it
+    assert torch.equal(module(batch[1].numpy()), expected[1])
 
 
 def test_sampled_actions_follow_the_seed():
