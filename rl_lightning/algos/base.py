@@ -71,6 +71,7 @@ class RLModule(pl.LightningModule):
         ``obs`` is one observation (``obs_shape``) or a batch (``[B, *obs_shape]``), numpy or torch; ``action_mask``
         (bool, ``[n]`` or ``[B, n]``) where the env has masks. Returns the action tensor a ``BatchedEnv`` steps
         with (one row per observation, unbatched for one observation); observation statistics are only read.
+        SPO acts with its prior (no search); DreamerV3 treats every call as the first step of fresh episodes.
         For actions in a Gymnasium env's own space (offsets, clipping, numpy), recurrent state (DreamerV3) and
         SPO's search, use ``rl_lightning.load_policy``.
         """
