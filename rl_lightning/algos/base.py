@@ -11,6 +11,8 @@ import lightning.pytorch as pl
 import torch
 from tensordict import TensorDict
 
+from rl_lightning import keys
+from rl_lightning.algos.policy_io import obs_batch
 from rl_lightning.env_step_log import finite_only, log_at_env_step, to_floats
 from rl_lightning.envs.base import BatchedEnv, EnvSpec
 from rl_lightning.errors import ConfigError
@@ -55,6 +57,27 @@ class RLModule(pl.LightningModule):
     @abstractmethod
     def act(self, td: TensorDict, generator: torch.Generator | None = None, deterministic: bool = False) -> TensorDict:
         """The acting policy: ``obs`` (+ ``action_mask``) in; ``action`` (+ algorithm extras) out."""
+
+    @torch.no_grad()
+    def forward(
+        self,
+        obs: Any,
+        action_mask: Any = None,
+        deterministic: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """``module(obs)``: the action ``act`` takes for raw observations, outside the trainer (no state kept).
+
+        ``obs`` is one observation (``obs_shape``) or a batch (``[B, *obs_shape]``), numpy or torch; ``action_mask``
+        (bool, ``[n]`` or ``[B, n]``) where the env has masks. Returns the action tensor a ``BatchedEnv`` steps
+        with (one row per observation, unbatched for one observation); observation statistics are only read.
+        SPO acts with its prior (no search); DreamerV3 treats every call as the first step of fresh episodes.
+        For actions in a Gymnasium env's own space (offsets, clipping, numpy), recurrent state (DreamerV3) and
+        SPO's search, use ``rl_lightning.load_policy``.
+        """
+        td, single = obs_batch(obs, self.env_spec, self.device, action_mask)
+        action = self.act(td, generator, deterministic=deterministic)[keys.ACTION]
+        return action[0] if single else action
 
     def acting_policy(self, env: BatchedEnv, deterministic: bool = False, training: bool = True) -> Policy:
         """The policy a collector (``training=True``) or evaluator steps ``env`` with.

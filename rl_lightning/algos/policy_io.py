@@ -1,0 +1,122 @@
+"""Raw Gymnasium observations in, actions in the env's own space out: the conversions of inference.
+
+Both directions live here so a new space kind is a change to this file only:
+
+* ``obs_batch`` turns what a Gymnasium env returns (numpy or torch, one observation or a batch) into the
+  ``[B]`` TensorDict a module's ``act`` reads, with the dtype the checkpoint's env delivered in training.
+* ``env_actions`` turns the module's actions (what ``BatchedEnv.step`` takes) into the action space's terms with
+  ``gym_actions``, the very function every Gymnasium backend calls before ``env.step`` (``Discrete`` offset by
+  ``start``, ``Box`` clipped to its bounds and cast to its dtype).
+* ``action_space_from_spec`` rebuilds the action space from the checkpoint's ``EnvSpec`` (no env needed);
+  ``check_action_space`` checks a space the user passes against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from tensordict import TensorDict
+
+from rl_lightning import keys
+from rl_lightning.envs.base import EnvSpec
+from rl_lightning.envs.gymnasium.spaces import gym_actions
+from rl_lightning.errors import ConfigError
+
+
+def obs_batch(obs: Any, spec: EnvSpec, device: torch.device, action_mask: Any = None) -> tuple[TensorDict, bool]:
+    """``(TensorDict[B] with obs (+ action_mask), single)``; ``single`` when ``obs`` is one observation.
+
+    Raises:
+        ConfigError: a ``Dict`` observation, or a shape that is neither ``obs_shape`` nor ``(B, *obs_shape)``.
+    """
+    if isinstance(obs, Mapping | TensorDict):
+        raise ConfigError(
+            f"observation is a dict (keys {sorted(obs.keys())}), but the checkpoint's env {spec.name!r} has a "
+            f"single observation array of shape {tuple(spec.obs_shape)}; pass that array"
+        )
+    tensor = _as_tensor(obs, device, spec.obs_dtype)
+    shape = tuple(spec.obs_shape)
+    single = tuple(tensor.shape) == shape
+    if not single and tuple(tensor.shape[1:]) != shape:
+        raise ConfigError(
+            f"observation of shape {tuple(tensor.shape)} does not fit the checkpoint's env {spec.name!r}: pass one "
+            f"observation of shape {shape} or a batch of shape (B, {', '.join(map(str, shape))})"
+        )
+    if single:
+        tensor = tensor.unsqueeze(0)
+    td = TensorDict({keys.OBS: tensor}, batch_size=tensor.shape[:1], device=device)
+    if action_mask is not None:
+        td[keys.ACTION_MASK] = _mask(action_mask, spec, tensor.shape[0], single, device)
+    elif spec.has_action_mask:
+        raise ConfigError(
+            f"the checkpoint's env {spec.name!r} has action masks and the policy was trained with them; pass "
+            f"action_mask= (bool, shape ({spec.num_actions},) or (B, {spec.num_actions}); True = legal)"
+        )
+    return td, single
+
+
+def _as_tensor(value: Any, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value.to(device=device, dtype=dtype)
+    return torch.as_tensor(np.asarray(value)).to(device=device, dtype=dtype)
+
+
+def _mask(mask: Any, spec: EnvSpec, batch: int, single: bool, device: torch.device) -> torch.Tensor:
+    if not spec.discrete:
+        raise ConfigError(f"action_mask is for Discrete actions; the checkpoint's env {spec.name!r} has a Box")
+    tensor = _as_tensor(mask, device, torch.bool)
+    expected = (spec.num_actions,) if single else (batch, spec.num_actions)
+    if tuple(tensor.shape) != expected:
+        raise ConfigError(f"action_mask of shape {tuple(tensor.shape)} does not fit the observation: use {expected}")
+    return tensor.unsqueeze(0) if single else tensor
+
+
+def env_actions(action: torch.Tensor, space: spaces.Space, single: bool, obs: Any) -> Any:
+    """The module's ``[B, ...]`` actions in ``space``'s terms, shaped and typed like the input observation was.
+
+    numpy (or any non-tensor) observations get numpy actions; tensor observations get tensors on their device.
+    One observation gets one action: a Python ``int`` for ``Discrete`` (a 0-dim tensor for tensor input).
+    """
+    batch = gym_actions(action, space)
+    if isinstance(obs, torch.Tensor):
+        out = torch.as_tensor(batch, device=obs.device)
+        return out[0] if single else out
+    if not single:
+        return batch
+    return int(batch[0]) if isinstance(space, spaces.Discrete) else batch[0]
+
+
+def action_space_from_spec(spec: EnvSpec) -> spaces.Space:
+    """The action space as far as the checkpoint's ``EnvSpec`` records it.
+
+    ``EnvSpec`` keeps ``n`` and the Box shape and bounds, not a ``Discrete`` ``start`` nor a Box dtype: this gives
+    ``Discrete(n)`` (start 0) and a float32 ``Box``. An env with another start or dtype must pass its own space.
+    """
+    if spec.discrete:
+        return spaces.Discrete(spec.num_actions)
+    low = np.asarray(spec.action_low, dtype=np.float32).reshape(spec.action_shape)
+    high = np.asarray(spec.action_high, dtype=np.float32).reshape(spec.action_shape)
+    return spaces.Box(low, high, dtype=np.float32)
+
+
+def check_action_space(space: spaces.Space, spec: EnvSpec) -> None:
+    """Raise ``ConfigError`` unless ``space`` is the action space the checkpoint's policy was trained for."""
+    rebuilt = action_space_from_spec(spec)
+    if isinstance(rebuilt, spaces.Discrete):
+        fits = isinstance(space, spaces.Discrete) and int(space.n) == spec.num_actions
+    else:
+        fits = (
+            isinstance(space, spaces.Box)
+            and tuple(space.shape) == tuple(spec.action_shape)
+            and np.array_equal(np.asarray(space.low, dtype=np.float64).reshape(-1), np.asarray(spec.action_low))
+            and np.array_equal(np.asarray(space.high, dtype=np.float64).reshape(-1), np.asarray(spec.action_high))
+        )
+    if not fits:
+        raise ConfigError(
+            f"action_space={space} does not match the checkpoint's env {spec.name!r}, trained for {rebuilt}; pass "
+            "the action space of the env the checkpoint was trained on"
+        )
