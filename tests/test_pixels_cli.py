@@ -47,7 +47,7 @@ def with_model(tiny: dict, **model: object) -> dict:
 
 
 RUNS = {
-    "ppo": ("ppo.yaml", with_model(TINY_PPO, encoder="nature", hidden_sizes=[]), "PPO", {"layout": "chw"},
+    "ppo": ("ppo.yaml", with_model(TINY_PPO, encoder={"pixels": "nature"}, hidden_sizes=[]), "PPO", {"layout": "chw"},
             "PixelEncoder (3,) True"),
     "spo": ("spo.yaml", with_model(TINY_SPO, encoder="impala", share_encoder=False), "SPO", {"layout": "hwc"},
             "PixelEncoder (3,) False"),
