@@ -137,3 +137,38 @@ class TupleObs(gymnasium.Env):
     def __init__(self) -> None:
         self.observation_space = spaces.Tuple((spaces.Discrete(2), spaces.Discrete(3)))
         self.action_space = spaces.Discrete(2)
+
+
+class Pixels(gymnasium.Env):
+    """``uint8`` images, alone (``with_state=False``) or in a ``Dict`` beside a float32 4-vector ``state``.
+
+    The image is ``[3, size, size]`` (``layout="chw"``) or ``[size, size, 3]`` (``"hwc"``), one random grey level
+    per frame; action 1 pays 1 when that level is >= 128, action 0 otherwise. Episodes last ``length`` steps.
+    """
+
+    def __init__(self, size: int = 36, layout: str = "chw", with_state: bool = True, length: int = 3) -> None:
+        shape = (3, size, size) if layout == "chw" else (size, size, 3)
+        image = spaces.Box(0, 255, shape, np.uint8)
+        state = spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self.observation_space = spaces.Dict({"pixels": image, "state": state}) if with_state else image
+        self.action_space = spaces.Discrete(2)
+        self.shape, self.with_state, self.length = shape, with_state, length
+        self._t = 0
+        self._level = 0
+
+    def _draw(self) -> Any:
+        self._level = int(self.np_random.integers(0, 256))
+        image = np.full(self.shape, self._level, dtype=np.uint8)
+        if not self.with_state:
+            return image
+        return {"pixels": image, "state": self.np_random.uniform(-1.0, 1.0, 4).astype(np.float32)}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        self._t = 0
+        return self._draw(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        reward = float(int(action) == int(self._level >= 128))
+        self._t += 1
+        return self._draw(), reward, self._t >= self.length, False, {}

@@ -24,19 +24,26 @@ REWARD_RETURNS_KEY = "reward_scaler_returns"
 
 
 class PPO(RLModule):
-    """Proximal Policy Optimisation with separate actor and critic MLPs.
+    """Proximal Policy Optimisation with actor and critic MLPs behind per-key observation encoders.
 
     Discrete envs get a masked categorical policy; continuous envs a Gaussian with a state-independent
     log-std (actions are sampled unclipped; the env clips them to its bounds); ``MultiDiscrete`` actions
     independent categoricals and ``MultiBinary`` actions independent Bernoullis. Observations of any dtype,
-    ``Discrete`` and ``Dict`` observations go through an ``ObsEncoder`` (one encoder per key) before both MLPs.
+    ``Discrete`` and ``Dict`` observations go through an ``ObsEncoder`` (one encoder per key: a CNN per image key
+    when ``encoder`` names one) before both MLPs.
     Each ``training_step`` pulls one rollout from the datamodule itself (so the collecting policy is the one
     being updated: lag 0), then runs ``update_epochs × num_minibatches`` optimiser steps on it, and logs once.
 
     Args:
         env_spec: linked from ``data.env_spec`` by the CLI.
-        hidden_sizes: hidden layer widths of actor and critic.
+        hidden_sizes: hidden layer widths of actor and critic (after the encoder; ``[]`` puts the linear policy
+            and value heads straight on the encoder's features, as CleanRL's Atari agent does).
         activation: ``tanh``, ``relu``, ``elu`` or ``silu``.
+        encoder: ``mlp`` (flatten every key; images scaled /255), ``nature`` or ``impala`` (that CNN for every
+            rank-3 ``uint8`` image key, vector keys flattened beside it), or ``{key: choice}`` per observation key
+            (``"/"``-joined nested keys, ``obs`` for a single array). Nature needs images >= 36×36.
+        share_encoder: one encoder feeds both heads (CleanRL's Atari agent shares its CNN trunk); ``False`` gives
+            the critic its own copy. Only matters for a CNN: ``mlp`` encoders have no parameters.
         lr: Adam learning rate.
         adam_eps: Adam epsilon (1e-5 as in the PPO reference implementations).
         anneal_lr: decay the learning rate linearly to 0 over ``data.total_env_steps``.
@@ -71,6 +78,8 @@ class PPO(RLModule):
         env_spec: EnvSpec | None = None,
         hidden_sizes: tuple[int, ...] = (64, 64),
         activation: str = "tanh",
+        encoder: str | dict[str, str] = "mlp",
+        share_encoder: bool = True,
         lr: float = 3e-4,
         adam_eps: float = 1e-5,
         anneal_lr: bool = False,
@@ -96,7 +105,8 @@ class PPO(RLModule):
         _check_hparams(self.hparams)
         spec = self.env_spec
         require_action_kind(spec, "PPO", ACTION_KINDS)
-        self.encoder = ObsEncoder(spec)
+        self.encoder = ObsEncoder(spec, encoder)
+        self.critic_encoder = None if share_encoder else ObsEncoder(spec, encoder)
         obs_dim = self.encoder.out_dim
         kind = spec.action_kind
         out_dim = {"discrete": spec.num_actions, "multi_discrete": sum(spec.action_nvec)}.get(
@@ -111,18 +121,25 @@ class PPO(RLModule):
         self.reward_scaler = RewardScaler(gamma, norm_clip_reward) if normalize_reward else None
 
     # ----- acting -------------------------------------------------------------------------------------------
-    def _features(self, td: TensorDict) -> torch.Tensor:
+    def _obs(self, td: TensorDict) -> torch.Tensor | TensorDict:
         obs = td[keys.OBS]
-        if self.obs_normalizer is not None:
-            obs = self.obs_normalizer(obs)
-        return self.encoder(obs)
+        return obs if self.obs_normalizer is None else self.obs_normalizer(obs)
+
+    def _features(self, td: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(actor features, critic features)``: one tensor twice when the encoder is shared."""
+        obs = self._obs(td)
+        features = self.encoder(obs)
+        return features, features if self.critic_encoder is None else self.critic_encoder(obs)
+
+    def _critic_features(self, td: TensorDict) -> torch.Tensor:
+        return (self.encoder if self.critic_encoder is None else self.critic_encoder)(self._obs(td))
 
     def _logits(self, td: TensorDict, features: torch.Tensor) -> torch.Tensor:
         return D.masked_logits(self.actor(features), td.get(keys.ACTION_MASK, None))
 
     @torch.no_grad()
     def act(self, td: TensorDict, generator: torch.Generator | None = None, deterministic: bool = False) -> TensorDict:
-        features = self._features(td)
+        features, critic_features = self._features(td)
         out: dict[str, torch.Tensor] = {}
         kind = self.env_spec.action_kind
         if kind == "discrete":
@@ -141,12 +158,12 @@ class PPO(RLModule):
             action = flat.reshape(*td.batch_size, *self.env_spec.action_shape)
         out[keys.ACTION] = action
         if not deterministic:
-            out[keys.VALUE] = self.critic(features).squeeze(-1)
+            out[keys.VALUE] = self.critic(critic_features).squeeze(-1)
         return TensorDict(out, batch_size=td.batch_size, device=td.device)
 
     def evaluate_actions(self, td: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(logprob, entropy, value)`` of the stored actions under the current weights (with gradients)."""
-        features = self._features(td)
+        features, critic_features = self._features(td)
         action = td[keys.ACTION]
         kind = self.env_spec.action_kind
         if kind == "discrete":
@@ -160,7 +177,7 @@ class PPO(RLModule):
             logits = self.actor(features)
             logprob = self._multi_log_prob(logits, action.reshape(*td.batch_size, -1))
             entropy = self._multi_entropy(logits)
-        return logprob, entropy, self.critic(features).squeeze(-1)
+        return logprob, entropy, self.critic(critic_features).squeeze(-1)
 
     # MultiDiscrete: independent categoricals over the logits split by ``nvec``; MultiBinary: independent Bernoullis.
     def _multi_sample(self, logits: torch.Tensor, generator: Any, deterministic: bool) -> torch.Tensor:
@@ -184,7 +201,8 @@ class PPO(RLModule):
         """Add ``next_value`` = V(final_obs), GAE ``advantage`` and ``return`` to a ``[T, B]`` rollout."""
         if batch.numel() == 0:
             raise ConfigError("PPO received an empty rollout; data.num_steps and data.num_envs must be >= 1")
-        final = self.critic(self._features(TensorDict({keys.OBS: batch[keys.FINAL_OBS]}, batch.batch_size)))
+        final_obs = TensorDict({keys.OBS: batch[keys.FINAL_OBS]}, batch.batch_size)
+        final = self.critic(self._critic_features(final_obs))
         batch[keys.NEXT_VALUE] = final.squeeze(-1)
         reward = batch[keys.REWARD]  # stays raw in the rollout
         if self.reward_scaler is not None:

@@ -6,21 +6,27 @@ of an ``EnvSpec`` (the single array, or each key of a ``Dict`` observation, nest
 their outputs in the spec's key order, as SB3's ``CombinedExtractor`` does:
 
 * a vector (``Box``) leaf is flattened and cast to float32 (identity-concat into the MLP trunk that follows);
-* a ``Discrete(n)`` leaf becomes a one-hot of width ``n``.
+* a ``Discrete(n)`` leaf becomes a one-hot of width ``n``;
+* an image leaf (rank-3 ``uint8``, channels-first or -last: ``networks/cnn.py``) gets the CNN the config names
+  (``nature`` or ``impala``), or, with ``mlp``, is flattened and scaled to ``[0, 1]`` (``/255``).
 
-Image leaves (rank-3 ``Box`` keys of a ``Dict``) are the seam for the pixels issue: ``leaf_encoder`` is where a CNN
-per image key goes; until then the spec conversion refuses them. None of these encoders has parameters, so adding
-one to a module changes neither its ``state_dict`` nor its initialisation.
+The ``encoder`` choice is one name for every image leaf (``"nature"``), or a mapping from leaf names (``"/"``-joined
+nested keys; ``"obs"`` for a single-array observation) to names, unnamed leaves taking ``mlp``. A CNN named for a
+leaf that is not an image, or for an image smaller than it takes, is refused in one line. Only the CNNs have
+parameters: with ``mlp`` adding an encoder changes neither a module's ``state_dict`` nor its initialisation.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDict
 from torch import nn
 
+from rl_lightning.errors import ConfigError
+from rl_lightning.networks.cnn import CNNS, MIN_SIZE, fits
 from rl_lightning.networks.distributions import one_hot
 
 if TYPE_CHECKING:  # networks sit beside envs in the layering: only the spec's type is needed here
@@ -50,11 +56,97 @@ class OneHot(nn.Module):
         return one_hot(obs.long(), self.out_dim)
 
 
-def leaf_encoder(leaf: ObsLeaf) -> nn.Module:
-    """The encoder of one observation leaf (the seam where image leaves will get a CNN)."""
+class FlattenPixels(FlattenFloat):
+    """A ``uint8`` image ``[..., *shape]`` → ``[..., prod(shape)]`` float32 in ``[0, 1]`` (the ``mlp`` choice)."""
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return super().forward(obs) / 255.0
+
+
+#: What ``encoder`` may name: ``mlp`` (flatten into the MLP trunk) or one of the CNNs.
+ENCODERS = ("mlp", *CNNS)
+EncoderChoice = str | Mapping[str, str]
+
+
+def is_image(leaf: ObsLeaf) -> bool:
+    """Pixels: a rank-3 ``uint8`` observation (``[C, H, W]`` or ``[H, W, C]``)."""
+    return leaf.dtype == torch.uint8 and len(leaf.shape) == 3
+
+
+def leaf_name(key: tuple[str, ...]) -> str:
+    """How configs and errors name an observation leaf: ``"/"``-joined nested keys, ``"obs"`` for a single array."""
+    return "/".join(key) if key else "obs"
+
+
+def leaf_encoder(leaf: ObsLeaf, name: str = "mlp") -> nn.Module:
+    """The encoder of one observation leaf: ``name`` is ``mlp`` or a CNN (already checked by ``choose_encoders``)."""
     if leaf.classes > 0:
         return OneHot(leaf.classes)
-    return FlattenFloat(leaf.shape)
+    if name in CNNS:
+        return CNNS[name](leaf.shape)
+    return FlattenPixels(leaf.shape) if is_image(leaf) else FlattenFloat(leaf.shape)
+
+
+def choose_encoders(
+    spec: EnvSpec, encoder: EncoderChoice = "mlp", field: str = "model.encoder"
+) -> list[tuple[tuple[str, ...], ObsLeaf, str]]:
+    """Each observation leaf with the encoder name it gets, or a one-line ``ConfigError`` for a bad choice."""
+    leaves = spec.obs_leaves()
+    names = {leaf_name(key): key for key, _ in leaves}
+    if isinstance(encoder, str):
+        _check_name(field, encoder)
+        chosen = {key: encoder if is_image(leaf) else "mlp" for key, leaf in leaves}
+        if encoder != "mlp" and not any(is_image(leaf) for _, leaf in leaves):
+            raise ConfigError(
+                f"{field}={encoder!r} is a CNN for image observations (rank-3 uint8) and {spec.name} has none "
+                f"({_describe(leaves)}); use {field}=mlp"
+            )
+    else:
+        chosen = {key: "mlp" for key, _ in leaves}
+        for name, choice in encoder.items():
+            _check_name(f"{field}[{name!r}]", choice)
+            if name not in names:
+                raise ConfigError(
+                    f"{field}[{name!r}]: {spec.name} has no observation key {name!r}; keys: {sorted(names)}"
+                )
+            chosen[names[name]] = choice
+    out = []
+    for key, leaf in leaves:
+        choice = chosen[key]
+        if choice in CNNS:
+            _check_image(field, key, leaf, choice, leaves)
+        out.append((key, leaf, choice))
+    return out
+
+
+def _check_name(field: str, name: str) -> None:
+    if name not in ENCODERS:
+        raise ConfigError(f"{field}={name!r} is not an encoder; choose one of {list(ENCODERS)}")
+
+
+def _check_image(field: str, key: tuple[str, ...], leaf: ObsLeaf, choice: str, leaves: list) -> None:
+    what = f"observation key {leaf_name(key)!r} ({_shape_dtype(leaf)})"
+    if not is_image(leaf):
+        images = [leaf_name(k) for k, lf in leaves if is_image(lf)]
+        raise ConfigError(
+            f"{field}: {what} is not an image, so the {choice} CNN cannot encode it; CNNs take rank-3 uint8 keys "
+            f"(here: {images or 'none'}); give it mlp"
+        )
+    if not fits(choice, leaf.shape):
+        fitting = [name for name in CNNS if fits(name, leaf.shape)] + ["mlp"]
+        raise ConfigError(
+            f"{field}: {what} is too small for the {choice} CNN (it needs H and W >= {MIN_SIZE[choice]}); "
+            f"encoders that fit: {', '.join(fitting)}"
+        )
+
+
+def _shape_dtype(leaf: ObsLeaf) -> str:
+    dtype = str(leaf.dtype).removeprefix("torch.")
+    return f"Discrete({leaf.classes})" if leaf.classes else f"{dtype} {tuple(leaf.shape)}"
+
+
+def _describe(leaves: list) -> str:
+    return ", ".join(f"{leaf_name(key)}: {_shape_dtype(leaf)}" for key, leaf in leaves)
 
 
 class ObsEncoder(nn.Module):
@@ -62,13 +154,15 @@ class ObsEncoder(nn.Module):
 
     Args:
         spec: the env's spec; its ``obs_leaves`` decide the per-key encoders and their order.
+        encoder: ``mlp``, ``nature`` or ``impala`` for every image leaf, or ``{leaf name: choice}``.
+        field: the config field named in errors.
     """
 
-    def __init__(self, spec: EnvSpec) -> None:
+    def __init__(self, spec: EnvSpec, encoder: EncoderChoice = "mlp", field: str = "model.encoder") -> None:
         super().__init__()
-        leaves = spec.obs_leaves()
-        self.keys = [key for key, _ in leaves]
-        self.encoders = nn.ModuleList([leaf_encoder(leaf) for _, leaf in leaves])
+        chosen = choose_encoders(spec, encoder, field)
+        self.keys = [key for key, _, _ in chosen]
+        self.encoders = nn.ModuleList([leaf_encoder(leaf, name) for _, leaf, name in chosen])
         self.out_dim = sum(encoder.out_dim for encoder in self.encoders)
 
     def forward(self, obs: torch.Tensor | TensorDict) -> torch.Tensor:

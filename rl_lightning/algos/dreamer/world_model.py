@@ -8,6 +8,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rl_lightning import keys
+from rl_lightning.algos.dreamer.obs_keys import StackImages, split_keys
 from rl_lightning.envs.base import EnvSpec
 from rl_lightning.networks import distributions as D
 from rl_lightning.networks.dreamer_nets import CNNDecoder, CNNEncoder, DreamerSize, Head, MLPDecoder, MLPEncoder
@@ -20,14 +21,15 @@ class WorldModel(nn.Module):
     """Learns a latent model of the env from replayed sequences.
 
     Vector observations go through an MLP encoder with symlog inputs and are reconstructed in symlog space;
-    images (``[C, H, W]``, uint8 0–255) through a CNN with a sigmoid decoder. Observations of any dtype,
-    ``Discrete`` (one-hot) and ``Dict`` observations are first turned into one float vector by an ``ObsEncoder``:
-    the keys are concatenated into the MLP encoder and the decoder predicts every key's slice of that vector, as
-    the official code's ``mlp_keys`` do. Rewards use a two-hot head, the
+    images (``[C, H, W]``, uint8 0–255) through a CNN with a sigmoid decoder. The keys of a ``Dict`` observation
+    are split as the official code does (``obs_keys.py``): rank-3 ``uint8`` keys are stacked on channels into the
+    CNN, every other key (any dtype; ``Discrete`` one-hot) is turned into one float vector by an ``ObsEncoder``
+    for the MLP encoder, whose decoder predicts every key's slice of that vector; with both, the two embeddings
+    are concatenated and both reconstructions enter ``rec``. Rewards use a two-hot head, the
     continue flag a Bernoulli head; both heads read ``feat = concat(deter, stoch)``.
 
     Args:
-        spec: the env's spec (observation shape decides MLP vs CNN).
+        spec: the env's spec (observation ranks decide MLP vs CNN keys).
         action_dim: width of the model-format action.
         size: the network sizes (a preset from ``DREAMER_SIZES``).
         unimix: uniform mix of the latent categoricals.
@@ -51,22 +53,30 @@ class WorldModel(nn.Module):
         continuous_actions: bool = False,
     ) -> None:
         super().__init__()
-        self.image = len(spec.obs_shape) == 3 and not spec.obs_keys
-        #: observation → flat float vector (vector observations only): the MLP encoder's input and decoder target.
-        self.obs_vector = None if self.image else ObsEncoder(spec)
-        if self.image:
-            self.encoder: nn.Module = CNNEncoder(spec.obs_shape, size.cnn_depth, norm=norm)
+        cnn_leaves, vector_spec = split_keys(spec)
+        self.image = bool(cnn_leaves)
+        #: the MLP keys → flat float vector: the MLP encoder's input and decoder target (``None``: images only).
+        self.obs_vector = None if vector_spec is None else ObsEncoder(vector_spec)
+        self.images = StackImages(cnn_leaves) if self.image else None
+        mlp_in = 0 if self.obs_vector is None else self.obs_vector.out_dim
+        mlp_encoder = MLPEncoder(mlp_in, size.hidden, size.mlp_layers, norm=norm) if mlp_in else None
+        if self.images is not None:
+            self.encoder: nn.Module = CNNEncoder(self.images.shape, size.cnn_depth, norm=norm)
+            self.vector_encoder = mlp_encoder  # the vector keys beside the images, if any
         else:
-            self.encoder = MLPEncoder(self.obs_vector.out_dim, size.hidden, size.mlp_layers, norm=norm)
+            self.encoder, self.vector_encoder = mlp_encoder, None
+        embed_dim = self.encoder.out_dim + (0 if self.vector_encoder is None else self.vector_encoder.out_dim)
         self.rssm = RSSM(
-            action_dim, self.encoder.out_dim, size.deter, size.hidden, size.stoch, size.classes,
+            action_dim, embed_dim, size.deter, size.hidden, size.stoch, size.classes,
             blocks=size.blocks, unimix=unimix, initial=initial, norm=norm, continuous_actions=continuous_actions,
         )  # fmt: skip
         feat = self.rssm.feature_dim
-        if self.image:
-            self.decoder: nn.Module = CNNDecoder(feat, spec.obs_shape, size.cnn_depth, norm=norm)
+        mlp_decoder = MLPDecoder(feat, mlp_in, size.hidden, size.mlp_layers, norm=norm) if mlp_in else None
+        if self.images is not None:
+            self.decoder: nn.Module = CNNDecoder(feat, self.images.shape, size.cnn_depth, norm=norm)
+            self.vector_decoder = mlp_decoder
         else:
-            self.decoder = MLPDecoder(feat, self.obs_vector.out_dim, size.hidden, size.mlp_layers, norm=norm)
+            self.decoder, self.vector_decoder = mlp_decoder, None
         self.reward_codec = L.TwoHot(reward_bins, space=twohot_space)
         self.reward_head = Head(feat, reward_bins, size.hidden, size.head_layers, outscale=0.0, norm=norm)
         self.cont_head = Head(feat, 1, size.hidden, size.head_layers, outscale=1.0, norm=norm)
@@ -74,7 +84,12 @@ class WorldModel(nn.Module):
 
     def embed(self, obs: torch.Tensor | TensorDict) -> torch.Tensor:
         """Observation(s) ``[..., *obs_shape]`` (or a TensorDict of ``Dict`` keys) → embedding ``[..., E]``."""
-        return self.encoder(obs if self.obs_vector is None else self.obs_vector(obs))
+        if self.images is None:
+            return self.encoder(self.obs_vector(obs))
+        embed = self.encoder(self.images(obs))
+        if self.vector_encoder is None:
+            return embed
+        return torch.cat([embed, self.vector_encoder(self.obs_vector(obs))], dim=-1)
 
     def reward(self, feat: torch.Tensor) -> torch.Tensor:
         """Predicted reward (raw scale) of each feature."""
@@ -110,11 +125,13 @@ class WorldModel(nn.Module):
         posts, prior_logp = self.observe(seq, actions, generator)
         feat = self.rssm.feature(posts)
         obs = seq[keys.OBS]
-        if self.image:
-            target = obs.float() / 255.0
-            rec = (self.decoder(feat) - target).pow(2).flatten(2).sum(-1)
-        else:
+        if self.images is None:
             rec = (self.decoder(feat) - D.symlog(self.obs_vector(obs))).pow(2).sum(-1)
+        else:
+            target = self.images(obs).float() / 255.0
+            rec = (self.decoder(feat) - target).pow(2).flatten(2).sum(-1)
+            if self.vector_decoder is not None:
+                rec = rec + (self.vector_decoder(feat) - D.symlog(self.obs_vector(obs))).pow(2).sum(-1)
         rew = self.reward_codec.loss(self.reward_head(feat), seq[keys.REWARD].float())
         con_target = L.continue_target(seq[keys.TERMINATED].float(), horizon, discount_continue)
         con = F.binary_cross_entropy_with_logits(self.cont_head(feat).squeeze(-1), con_target, reduction="none")

@@ -31,7 +31,7 @@ SEARCH_ALIVE = "search_alive"
 
 
 class SPO(RLModule):
-    """Sequential Monte Carlo Policy Optimisation with separate actor and critic MLPs and Polyak targets.
+    """Sequential Monte Carlo Policy Optimisation with actor and critic networks and their Polyak targets.
 
     Acting runs SMC search (``algos/spo/search.py``) from the real envs' states with the online networks and
     executes an action drawn from the search target q̂; each row stored in replay keeps the N root actions, their
@@ -42,12 +42,19 @@ class SPO(RLModule):
     ``configure_callbacks`` and moves both targets after every gradient step. Discrete actions use a masked
     categorical policy; box actions a tanh-squashed Normal with decoupled mean/std KL duals per dimension;
     ``MultiDiscrete``/``MultiBinary`` actions are refused. Observations (any dtype, ``Discrete``, ``Dict``) go
-    through an ``ObsEncoder`` (one encoder per key) before actor and critic.
+    through an ``ObsEncoder`` (one encoder per key: a CNN per image key when ``encoder`` names one) before the actor
+    and critic MLPs; the targets copy the encoders with the MLPs, and ``SoftTargetUpdate`` moves them together.
 
     Args:
         env_spec: linked from ``data.env_spec`` by the CLI.
-        hidden_sizes: hidden layer widths of actor and critic.
+        hidden_sizes: hidden layer widths of actor and critic (after the encoder).
         activation: ``tanh``, ``relu``, ``elu`` or ``silu``.
+        encoder: ``mlp`` (flatten every key; images scaled /255), ``nature`` or ``impala`` (that CNN for every
+            rank-3 ``uint8`` image key, vector keys flattened beside it), or ``{key: choice}`` per observation key
+            (``"/"``-joined nested keys, ``obs`` for a single array). Nature needs images >= 36×36.
+        share_encoder: one encoder feeds actor and critic (trained by both losses, in the critic's optimiser
+            group); ``False`` (Stoix's separate torsos) gives each its own, in its own group. Only matters for a
+            CNN: ``mlp`` encoders have no parameters.
         actor_lr: actor learning rate.
         critic_lr: critic learning rate.
         dual_lr: learning rate of the temperature and KL duals.
@@ -92,6 +99,8 @@ class SPO(RLModule):
         env_spec: EnvSpec | None = None,
         hidden_sizes: tuple[int, ...] = (256, 256),
         activation: str = "relu",
+        encoder: str | dict[str, str] = "mlp",
+        share_encoder: bool = False,
         actor_lr: float = 3e-4,
         critic_lr: float = 3e-4,
         dual_lr: float = 1e-3,
@@ -135,13 +144,18 @@ class SPO(RLModule):
         _check_hparams(hp)
         spec = self.env_spec
         require_action_kind(spec, "SPO", SPO_ACTIONS)
-        self.encoder = ObsEncoder(spec)
+        self.encoder = ObsEncoder(spec, encoder)
+        self.critic_encoder = None if share_encoder else ObsEncoder(spec, encoder)
         obs_dim = self.encoder.out_dim
         out_dim = spec.num_actions if spec.discrete else 2 * flat_size(spec.action_shape)
         self.actor = mlp(obs_dim, out_dim, hidden_sizes, activation, output_gain=0.01)
         self.critic = mlp(obs_dim, 1, hidden_sizes, activation, output_gain=1.0)
         self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.target_encoder = copy.deepcopy(self.encoder).requires_grad_(False)
+        self.target_critic_encoder = (
+            None if self.critic_encoder is None else copy.deepcopy(self.critic_encoder).requires_grad_(False)
+        )
         self.log_temperature = nn.Parameter(
             torch.tensor(float(init_log_temperature if adaptive_temperature else _inverse_softplus(fixed_temperature))),
             requires_grad=adaptive_temperature,
@@ -153,7 +167,9 @@ class SPO(RLModule):
             self.log_alpha_mean = nn.Parameter(torch.full((dims,), float(init_log_alpha_mean)))
             self.log_alpha_std = nn.Parameter(torch.full((dims,), float(init_log_alpha_std)))
         self.obs_normalizer = observation_normalizer(spec, norm_clip_obs) if normalize_obs else None
-        self.prior = ActorCriticPrior(self.actor, self.critic, spec, self.encoder, self.obs_normalizer)
+        self.prior = ActorCriticPrior(
+            self.actor, self.critic, spec, self.encoder, self.obs_normalizer, self.critic_encoder
+        )
         self.eval_deterministic = bool(hp.eval_greedy)
         self._search_stats: dict[str, torch.Tensor] = {}
         self.last_metrics: dict[str, Any] = {}
@@ -218,8 +234,16 @@ class SPO(RLModule):
 
     # ----- learning -----------------------------------------------------------------------------------------
     def target_networks(self) -> list[tuple[nn.Module, nn.Module]]:
-        """(online, target) pairs moved by ``SoftTargetUpdate``."""
-        return [(self.actor, self.target_actor), (self.critic, self.target_critic)]
+        """(online, target) pairs moved by ``SoftTargetUpdate`` (encoders with parameters, i.e. CNNs, included)."""
+        pairs = [(self.actor, self.target_actor), (self.critic, self.target_critic)]
+        encoders = [(self.encoder, self.target_encoder), (self.critic_encoder, self.target_critic_encoder)]
+        return pairs + [(online, target) for online, target in encoders if online is not None and _has_params(online)]
+
+    def _encoder_groups(self) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+        """Encoder parameters of the actor's and the critic's optimiser groups (a shared encoder: the critic's)."""
+        if self.critic_encoder is None:
+            return [], list(self.encoder.parameters())
+        return list(self.encoder.parameters()), list(self.critic_encoder.parameters())
 
     def dual_parameters(self) -> list[nn.Parameter]:
         duals = [self.log_temperature] if self.hparams.adaptive_temperature else []
@@ -243,9 +267,10 @@ class SPO(RLModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams
+        actor_encoder, critic_encoder = self._encoder_groups()
         groups = [
-            {"params": list(self.actor.parameters()), "lr": hp.actor_lr, "name": "actor"},
-            {"params": list(self.critic.parameters()), "lr": hp.critic_lr, "name": "critic"},
+            {"params": [*self.actor.parameters(), *actor_encoder], "lr": hp.actor_lr, "name": "actor"},
+            {"params": [*self.critic.parameters(), *critic_encoder], "lr": hp.critic_lr, "name": "critic"},
             {"params": self.dual_parameters(), "lr": hp.dual_lr, "name": "duals"},
         ]
         fused = self.device.type in ("cpu", "cuda")
@@ -281,10 +306,11 @@ class SPO(RLModule):
         """All loss terms and diagnostics on one ``[L, B]`` batch of replayed sequences (spo.md §1.5)."""
         hp = self.hparams
         flat = seq.reshape(-1)
-        features = self.prior.features(flat[keys.OBS])
+        obs = self.prior.normalized(flat[keys.OBS])
+        features = self.encoder(obs)
         out = self.actor(features)
         with torch.no_grad():
-            target_out = self.target_actor(features)
+            target_out = self.target_actor(self.target_encoder(obs))
         args = (flat[keys.SAMPLED_ACTIONS], flat[keys.SAMPLED_WEIGHTS], flat[keys.SAMPLED_ADVANTAGES])
         if self.env_spec.discrete:
             mask = flat.get(keys.ACTION_MASK, None)
@@ -310,7 +336,9 @@ class SPO(RLModule):
         value = self.prior.value(seq[keys.OBS]).view(length, batch)
         with torch.no_grad():
             both = torch.cat([seq[keys.OBS], seq[keys.FINAL_OBS]])
-            target_value, target_next = self.target_critic(self.prior.features(both)).squeeze(-1).chunk(2)
+            target_encoder = self.target_encoder if self.target_critic_encoder is None else self.target_critic_encoder
+            target_features = target_encoder(self.prior.normalized(both))
+            target_value, target_next = self.target_critic(target_features).squeeze(-1).chunk(2)
             targets = L.critic_targets(
                 seq[keys.REWARD], target_value, target_next, seq[keys.TERMINATED], seq[keys.TRUNCATED],
                 hp.gamma, hp.gae_lambda,
@@ -339,6 +367,10 @@ class SPO(RLModule):
 def _inverse_softplus(value: float) -> float:
     """x with softplus(x) = value (so a fixed η is stored in the same parametrisation as the learned one)."""
     return value + math.log(-math.expm1(-value))
+
+
+def _has_params(module: nn.Module) -> bool:
+    return any(True for _ in module.parameters())
 
 
 def _check_hparams(hp: Any) -> None:

@@ -34,9 +34,10 @@ class ActorCriticPrior:
         actor: flat features ``[B, F]`` → logits ``[B, A]`` (discrete) or ``[B, 2D]`` (mean, pre-softplus std).
         critic: flat features ``[B, F]`` → ``[B, 1]`` or ``[B]`` state values.
         spec: the env's spec (action space, bounds, observation leaves).
-        encoder: observation (tensor, or TensorDict of ``Dict`` keys) → flat float features; default
+        encoder: observation (tensor, or TensorDict of ``Dict`` keys) → flat float features of the actor; default
             ``ObsEncoder(spec)``.
         normalizer: applied to raw observations before the encoder (frozen here: only read).
+        critic_encoder: the critic's own encoder (``None``: the critic shares ``encoder``).
     """
 
     def __init__(
@@ -46,18 +47,27 @@ class ActorCriticPrior:
         spec: EnvSpec,
         encoder: Encoder | None = None,
         normalizer: Network | None = None,
+        critic_encoder: Encoder | None = None,
     ) -> None:
         self.actor = actor
         self.critic = critic
         self.spec = spec
         self.encoder = encoder if encoder is not None else ObsEncoder(spec)
         self.normalizer = normalizer
+        self.critic_encoder = self.encoder if critic_encoder is None else critic_encoder
         self._bounds: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
+    def normalized(self, obs: torch.Tensor | TensorDict) -> torch.Tensor | TensorDict:
+        """Raw observations as every encoder sees them (through the frozen normaliser, if any)."""
+        return obs if self.normalizer is None else self.normalizer(obs)
+
     def features(self, obs: torch.Tensor | TensorDict) -> torch.Tensor:
-        if self.normalizer is not None:
-            obs = self.normalizer(obs)
-        return self.encoder(obs)
+        """The actor's input features of raw observations."""
+        return self.encoder(self.normalized(obs))
+
+    def critic_features(self, obs: torch.Tensor | TensorDict) -> torch.Tensor:
+        """The critic's input features of raw observations."""
+        return self.critic_encoder(self.normalized(obs))
 
     def bounds(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """``(low, high)`` of the box action space as tensors on ``device`` (cached: no copy per step)."""
@@ -75,7 +85,7 @@ class ActorCriticPrior:
         return gaussian_head(out)
 
     def value(self, obs: torch.Tensor | TensorDict) -> torch.Tensor:
-        v = self.critic(self.features(obs))
+        v = self.critic(self.critic_features(obs))
         return v.squeeze(-1) if v.dim() > 1 else v
 
     def sample(self, params: PolicyParams, generator: torch.Generator | None) -> torch.Tensor:

@@ -6,8 +6,8 @@ Gymnasium's ``final_obs`` object array; ``gym_actions`` turns torch actions into
 
 Observations keep their dtype (``uint8`` stays ``uint8``, ``float64`` stays ``float64``: networks convert inside
 their encoder); ``Discrete(n, start)`` observations become int64 indices ``0..n-1``; a ``Dict`` observation becomes
-a TensorDict of its keys (nested ``Dict``s nest), one leaf per key. Image keys inside a ``Dict`` (rank-3 boxes) are
-refused until encoders for them exist.
+a TensorDict of its keys (nested ``Dict``s nest), one leaf per key. Image keys (rank-3 ``uint8`` boxes, either
+layout) pass as they are: the network's encoder converts them (``networks/cnn.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tensordict import TensorDict
 from rl_lightning.envs.base import EnvSpec, ObsLeaf
 from rl_lightning.errors import ConfigError
 
-OBS_SUPPORTED = "Box (any dtype), Discrete, and Dict of those (vector keys; nested Dicts allowed)"
+OBS_SUPPORTED = "Box (any dtype), Discrete, and Dict of those (image and vector keys; nested Dicts allowed)"
 ACTIONS_SUPPORTED = "Discrete, Box, MultiDiscrete, MultiBinary"
 
 
@@ -64,13 +64,7 @@ def _dict_leaves(name: str, space: spaces.Dict, prefix: tuple[str, ...]) -> list
         if isinstance(sub, spaces.Dict):
             leaves += _dict_leaves(name, sub, path)
             continue
-        leaf = _leaf(name, sub, f"observation key {'/'.join(path)!r}")
-        if len(leaf.shape) == 3:
-            raise ConfigError(
-                f"GymnasiumEnv({name!r}): observation key {'/'.join(path)!r} is an image {sub} and Dict image keys "
-                "are not supported yet; drop it (wrapper gymnasium.wrappers.FilterObservation) or use vector keys"
-            )
-        leaves.append((path, leaf))
+        leaves.append((path, _leaf(name, sub, f"observation key {'/'.join(path)!r}")))
     return leaves
 
 

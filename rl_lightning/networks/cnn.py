@@ -1,0 +1,128 @@
+"""Convolutional encoders for pixel observations: the Nature DQN CNN and the IMPALA ResNet.
+
+An image is a rank-3 ``uint8`` observation. Stores keep it exactly as the env returns it (``uint8``, the env's
+layout); the encoder converts it once, on the device, at the start of its forward: channels-last frames
+(``[H, W, C]``) are permuted to ``[C, H, W]`` (a view: PyTorch's convolutions take the channels-last stride as
+is), then cast to float and divided by 255, as baselines, CleanRL and SB3 do inside the network.
+
+Layout rule (decided once from the shape, as SB3's ``VecTransposeImage`` does): the channel axis is the smaller
+of the two end axes, ties going to channels-first. So ``(4, 84, 84)`` and ``(3, 32, 32)`` are channels-first,
+``(84, 84, 3)`` and ``(36, 36, 3)`` channels-last.
+
+* ``nature`` (Mnih et al., 2015): conv 32@8×8 s4, 64@4×4 s2, 64@3×3 s1 (ReLU each), FC 512, ReLU. The three
+  valid convolutions need ``H, W >= 36`` (84×84 gives the paper's 7×7×64).
+* ``impala`` (Espeholt et al., 2018, the "large" net): three stages of 16, 32, 32 channels, each a 3×3 conv,
+  a 3×3 stride-2 max-pool (padding 1) and two residual blocks ``x + conv(relu(conv(relu(x))))``; then ReLU, FC
+  256, ReLU. Each stage halves H and W rounding up, so any size fits (64×64 gives CleanRL's 8×8×32).
+
+Every convolution and linear layer starts orthogonal with gain √2 and zero bias (SB3's ``ortho_init`` of the
+feature extractor; the policy and value heads after it get 0.01 and 1 where they are built).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+#: Smallest ``H`` and ``W`` each CNN takes (the IMPALA stages pad, so any image fits).
+MIN_SIZE = {"nature": 36, "impala": 1}
+
+
+def channels_last(shape: Sequence[int]) -> bool:
+    """Whether a rank-3 image shape is ``[H, W, C]`` (its last axis is smaller than its first)."""
+    return int(shape[-1]) < int(shape[0])
+
+
+def chw(shape: Sequence[int]) -> tuple[int, int, int]:
+    """A rank-3 image shape as ``(C, H, W)``, whatever its layout."""
+    a, b, c = (int(s) for s in shape)
+    return (c, a, b) if channels_last(shape) else (a, b, c)
+
+
+def fits(name: str, shape: Sequence[int]) -> bool:
+    """Whether the CNN ``name`` takes images of this (rank-3, either layout) shape."""
+    _, height, width = chw(shape)
+    return min(height, width) >= MIN_SIZE[name]
+
+
+def orthogonal_init_(module: nn.Module, gain: float = math.sqrt(2.0)) -> nn.Module:
+    """Orthogonal weights with ``gain`` and zero biases for every conv and linear layer inside ``module``."""
+    for layer in module.modules():
+        if isinstance(layer, nn.Conv2d | nn.Linear):
+            nn.init.orthogonal_(layer.weight, gain)
+            nn.init.zeros_(layer.bias)
+    return module
+
+
+class PixelEncoder(nn.Module):
+    """``uint8`` images ``[..., *shape]`` → float features ``[..., out_dim]`` through a conv ``trunk``.
+
+    Args:
+        shape: one image's shape as the env returns it (channels-first or -last, see the module docstring).
+        trunk: ``[N, C, H, W]`` float in ``[0, 1]`` → ``[N, out_dim]``.
+        out_dim: the trunk's output width.
+    """
+
+    def __init__(self, shape: Sequence[int], trunk: nn.Module, out_dim: int) -> None:
+        super().__init__()
+        self.shape = tuple(int(s) for s in shape)
+        self.channels_last = channels_last(self.shape)
+        self.trunk = orthogonal_init_(trunk)
+        self.out_dim = int(out_dim)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        lead = obs.shape[: obs.dim() - 3]
+        x = obs.reshape(-1, *self.shape)
+        if self.channels_last:
+            x = x.permute(0, 3, 1, 2)
+        return self.trunk(x.float() / 255.0).reshape(*lead, self.out_dim)
+
+
+def nature_cnn(shape: Sequence[int], out_dim: int = 512) -> PixelEncoder:
+    """The Nature DQN CNN for images of ``shape`` (``H, W >= 36``)."""
+    channels, height, width = chw(shape)
+    h, w = height, width
+    for kernel, stride in ((8, 4), (4, 2), (3, 1)):
+        h, w = (h - kernel) // stride + 1, (w - kernel) // stride + 1
+    trunk = nn.Sequential(
+        nn.Conv2d(channels, 32, 8, stride=4), nn.ReLU(),
+        nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+        nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+        nn.Flatten(), nn.Linear(64 * h * w, out_dim), nn.ReLU(),
+    )  # fmt: skip
+    return PixelEncoder(shape, trunk, out_dim)
+
+
+class ResidualBlock(nn.Module):
+    """``x + conv(relu(conv(relu(x))))`` with 3×3 convolutions that keep the channel count and size."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
+
+
+def impala_cnn(shape: Sequence[int], out_dim: int = 256, depths: Sequence[int] = (16, 32, 32)) -> PixelEncoder:
+    """The IMPALA ResNet for images of ``shape`` (any size; each stage halves H and W, rounding up)."""
+    channels, h, w = chw(shape)
+    layers: list[nn.Module] = []
+    for depth in depths:
+        layers += [
+            nn.Conv2d(channels, depth, 3, padding=1),
+            nn.MaxPool2d(3, stride=2, padding=1),
+            ResidualBlock(depth),
+            ResidualBlock(depth),
+        ]
+        channels, h, w = depth, (h + 1) // 2, (w + 1) // 2
+    layers += [nn.ReLU(), nn.Flatten(), nn.Linear(channels * h * w, out_dim), nn.ReLU()]
+    return PixelEncoder(shape, nn.Sequential(*layers), out_dim)
+
+
+#: The CNN builders a config can name (``encoder: nature | impala``).
+CNNS = {"nature": nature_cnn, "impala": impala_cnn}
