@@ -34,6 +34,10 @@ class EnvFactory:
         env_kwargs: keyword arguments for ``gymnasium.make`` (e.g. ``max_episode_steps``).
         env_class: a ``gymnasium.Env`` subclass with its ``init_args``, instead of ``env_id``.
         wrappers: wrapper classes with their ``init_args``, applied in order (the first wraps the raw env).
+
+    Attributes:
+        render_mode: the ``render_mode`` the envs are made with (from ``env_kwargs`` or ``env_class.init_args``;
+            an evaluation that records video sets ``"rgb_array"``).
     """
 
     def __init__(
@@ -62,6 +66,8 @@ class EnvFactory:
                 f"env_class.class_path={self.env_class.class_path!r} is a wrapper; list it under wrappers"
             )
         check_wrappers(self.wrappers)
+        given = self.env_kwargs if self.env_class is None else self.env_class.init_args
+        self.render_mode: str | None = given.get("render_mode")
 
     @property
     def name(self) -> str:
@@ -72,15 +78,19 @@ class EnvFactory:
         """The env before the configured wrappers."""
         if self.env_class is not None:
             cls = import_class(self.env_class, gymnasium.Env, "env_class")
-            return construct(cls, self.env_class, "env_class")
+            spec = ClassSpec(self.env_class.class_path, {**self.env_class.init_args, **self._render_kwargs()})
+            return construct(cls, spec, "env_class")
         name = resolve_env_id(self.env_id)
         try:
-            return gymnasium.make(name, **self.env_kwargs)
+            return gymnasium.make(name, **{**self.env_kwargs, **self._render_kwargs()})
         except Exception as err:  # bad env_kwargs surface as TypeError from the env constructor
             detail = " ".join(f"{type(err).__name__}: {err}".split())
             raise ConfigError(
                 f"env_kwargs={self.env_kwargs!r}: gymnasium.make({self.env_id!r}) failed ({detail}); fix env_kwargs"
             ) from None
+
+    def _render_kwargs(self) -> dict[str, Any]:
+        return {} if self.render_mode is None else {"render_mode": self.render_mode}
 
     def __call__(self) -> gymnasium.Env:
         return apply_wrappers(self.make_raw(), self.wrappers)
