@@ -43,8 +43,11 @@ def test_renderers_draw_uint8_rgb_frames_per_row(env):
     frames = env.render_rgb(state)
     assert env.renders_rgb
     assert frames.dtype == torch.uint8
-    assert frames.ndim == 4 and frames.shape[0] == 3 and frames.shape[-1] == 3
-    assert frames.shape[1] >= 64 and frames.shape[2] >= 64
+    assert frames.ndim == 4
+    assert frames.shape[0] == 3
+    assert frames.shape[-1] == 3
+    assert frames.shape[1] >= 64
+    assert frames.shape[2] >= 64
     assert frames.min() < 128 < frames.max()  # something is drawn on the background
 
 
@@ -53,7 +56,8 @@ def test_cartpole_cart_moves_with_x_and_pole_leans_with_theta():
     frames = env.render_rgb(_state(env, [[0.0, 0, -0.15, 0], [0.0, 0, 0.0, 0], [0.0, 0, 0.15, 0], [1.0, 0, 0.0, 0]]))
     assert all(not torch.equal(frames[i], frames[j]) for i in range(4) for j in range(i))
     left, upright, right = (_mean_xy(frames[i], POLE)[0] for i in range(3))
-    assert left < upright - 2 and right > upright + 2  # positive theta leans right, as in Gymnasium
+    assert left < upright - 2
+    assert right > upright + 2
     assert upright == pytest.approx(env.render_width / 2, abs=1.0)  # x = 0 is the middle of the screen
     moved, _ = _mean_xy(frames[3], POLE)
     assert moved == pytest.approx(upright + env.render_width / 4.8, abs=1.0)  # 1 m right: screen spans 4.8 m
@@ -64,8 +68,10 @@ def test_pendulum_rod_points_up_at_zero_and_turns_counter_clockwise():
     frames = env.render_rgb(_state(env, [[0.0, 0.0], [math.pi / 2, 0.0], [math.pi, 0.0]]))
     centre = env.render_size / 2
     up, side, down = (_mean_xy(frames[i], ROD) for i in range(3))
-    assert up[1] < centre - 10 and abs(up[0] - centre) < 2
-    assert side[0] < centre - 10 and abs(side[1] - centre) < 2  # th = pi/2: pointing left
+    assert up[1] < centre - 10
+    assert abs(up[0] - centre) < 2
+    assert side[0] < centre - 10
+    assert abs(side[1] - centre) < 2
     assert down[1] > centre + 10
 
 
@@ -84,7 +90,8 @@ def test_recorder_keeps_each_recorded_episodes_frames_and_holds_the_last():
     recorder = FrameRecorder(env, rows=2)
     _, lengths = run_episodes("random", env, 3, torch.device("cpu"), seed=0, max_steps=40, recorder=recorder)
     clip = recorder.video(lengths)
-    assert clip.shape == (2, 7, 3, 128, 128) and clip.dtype == torch.uint8
+    assert clip.shape == (2, 7, 3, 128, 128)
+    assert clip.dtype == torch.uint8
     ball_rows = [_mean_xy(clip[0, t].permute(1, 2, 0), torch.tensor([255, 255, 255], dtype=torch.uint8))[1]
                  for t in range(7)]  # fmt: skip
     assert ball_rows == sorted(ball_rows)  # the ball falls over the episode's frames
@@ -122,10 +129,10 @@ def _gif_frames(event) -> tuple[int, tuple[int, int]]:
 @pytest.mark.parametrize(
     ("make_env", "size", "gymnasium"),
     [
-        pytest.param(lambda: CartPole(max_episode_steps=40), (240, 160), False, id="torch-CartPole"),
-        pytest.param(lambda: GymnasiumEnv("CartPole-v1", {"max_episode_steps": 40}), (600, 400), True, id="in-process"),
+        pytest.param(lambda: CartPole(max_episode_steps=10), (240, 160), False, id="torch-CartPole"),
+        pytest.param(lambda: GymnasiumEnv("CartPole-v1", {"max_episode_steps": 10}), (600, 400), True, id="in-process"),
         pytest.param(
-            lambda: GymnasiumVectorEnv("CartPole-v1", {"max_episode_steps": 40}), (600, 400), True, id="vector-sync"
+            lambda: GymnasiumVectorEnv("CartPole-v1", {"max_episode_steps": 10}), (600, 400), True, id="vector-sync"
         ),
     ],
 )
@@ -137,7 +144,7 @@ def test_fit_writes_one_video_per_evaluation_at_its_env_step(tmp_path, make_env,
     assert [v.step for v in videos] == [h["env_steps"] for h in evaluation.history] == [64, 128]
     for event in videos:
         frames, frame_size = _gif_frames(event)
-        assert 1 < frames <= 40  # one frame per step of the recorded episode (max_episode_steps=40)
+        assert 1 < frames <= 10  # one frame per step of the recorded episode (max_episode_steps=10)
         assert frame_size == size  # one recorded episode: the GIF is that episode's frames, not a grid
 
 
@@ -167,5 +174,6 @@ def test_cli_record_video_without_the_extra_is_one_line_and_writes_nothing(tmp_p
     )
     before = snapshot(tmp_path)
     line = error_line(run_cli(["fit", "--config", "ppo", "--config", str(config)], tmp_path))
-    assert "record_video=1" in line and "pip install 'rl_lightning[video]'" in line
+    assert "record_video=1" in line
+    assert "pip install 'rl_lightning[video]'" in line
     assert snapshot(tmp_path) == before
