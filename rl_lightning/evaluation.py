@@ -7,6 +7,7 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.envs.base import BatchedEnv, EnvSpec, TorchEnv
+from rl_lightning.video import FrameRecorder
 
 _CHECK_EVERY = 32  # env steps between the (host-syncing) "all episodes finished?" checks
 
@@ -20,12 +21,14 @@ def run_episodes(
     seed: int,
     deterministic: bool = True,
     max_steps: int = 10_000,
+    recorder: FrameRecorder | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Play the first episode of each of ``num_episodes`` env rows; returns ``(returns, lengths)``, each ``[N]``.
 
     ``policy`` is an ``RLModule`` (its ``acting_policy`` in evaluation mode) or the string ``"random"`` for a
     uniform-random baseline (uniform over legal actions, or over the box bounds). The episodes' env states are
-    released at the end; ``env`` itself stays open for the caller to reuse and close.
+    released at the end; ``env`` itself stays open for the caller to reuse and close. A ``recorder`` draws
+    the state of its first rows before every step (rendering costs nothing when there is none).
     """
     batched = BatchedEnv(env, num_episodes, device, seed=seed)
     act = None if policy == "random" else policy.acting_policy(batched, deterministic, training=False)  # type: ignore[attr-defined]
@@ -36,6 +39,8 @@ def run_episodes(
     running = torch.ones(num_episodes, dtype=torch.bool, device=device)
     try:
         for step in range(max_steps):
+            if recorder is not None:
+                recorder.capture(batched.state)
             action = random_action(env.spec, obs, generator) if act is None else act(obs, generator)[keys.ACTION]
             out = batched.step(action)
             returns += out[keys.REWARD] * running

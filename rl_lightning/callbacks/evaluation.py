@@ -15,6 +15,7 @@ from rl_lightning.env_step_log import log_at_env_step, to_floats
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.errors import ConfigError
 from rl_lightning.evaluation import run_episodes
+from rl_lightning.video import FrameRecorder, check_renders, require_video_extra, tensorboard_loggers, write_video
 
 
 class Evaluation(Callback):
@@ -32,6 +33,11 @@ class Evaluation(Callback):
     evaluation and closed when the fit ends. Before acting it waits on the module's ``policy_ready_event``, if
     any (``CUDAStreamWeightSync``: the acting copy of the weights may still be being written on a side stream).
 
+    With ``record_video > 0`` the first ``record_video`` policy episodes of each evaluation are drawn by the
+    env's ``render_rgb`` (Gymnasium envs: the eval env is made with ``render_mode="rgb_array"``) and written,
+    on rank zero, as one ``eval/video`` summary at the evaluation's env step (TensorBoard's IMAGES tab, one
+    animated GIF with the episodes side by side). It needs ``pip install 'rl_lightning[video]'``.
+
     Args:
         every_n_updates: evaluate after every this many learner updates.
         every_n_env_steps: evaluate each time the env-step counter crosses a multiple of this.
@@ -41,6 +47,8 @@ class Evaluation(Callback):
         env: the env core to evaluate on; ``None`` builds one like the datamodule's (same constructor arguments).
         seed: seed of the evaluation env; every evaluation replays the same start states.
         max_steps: safety bound on steps per evaluation.
+        record_video: episodes recorded per evaluation (at most ``num_episodes``); 0 renders nothing.
+        video_fps: frames per second of the recorded videos.
     """
 
     def __init__(
@@ -52,10 +60,23 @@ class Evaluation(Callback):
         env: TorchEnv | None = None,
         seed: int = 12_345,
         max_steps: int = 10_000,
+        record_video: int = 0,
+        video_fps: int = 30,
     ) -> None:
         self.cadence = Cadence("Evaluation", every_n_updates, every_n_env_steps)
         if num_episodes < 1:
             raise ConfigError(f"Evaluation: num_episodes={num_episodes} must be >= 1")
+        if not 0 <= record_video <= num_episodes:
+            raise ConfigError(
+                f"Evaluation: record_video={record_video} must be in [0, num_episodes={num_episodes}] "
+                "(0 records nothing)"
+            )
+        if video_fps < 1:
+            raise ConfigError(f"Evaluation: video_fps={video_fps} must be >= 1")
+        if record_video:
+            require_video_extra(f"Evaluation: record_video={record_video}")
+        self.record_video = record_video
+        self.video_fps = video_fps
         self.every_n_updates = every_n_updates
         self.every_n_env_steps = every_n_env_steps
         self.num_episodes = num_episodes
@@ -95,6 +116,13 @@ class Evaluation(Callback):
             self.evaluate(trainer, pl_module, on_step=False)
 
     @override
+    def setup(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
+        if self.record_video and trainer.is_global_zero:  # only rank zero records: fail there before training
+            field = f"Evaluation: record_video={self.record_video}"
+            tensorboard_loggers(trainer, field)
+            check_renders(self.eval_env(trainer), field)
+
+    @override
     def teardown(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
         if self._built_env is not None:  # an ``env`` given by the user stays the user's to close
             self._built_env.close()
@@ -105,7 +133,7 @@ class Evaluation(Callback):
         if self.env is not None:
             return self.env
         if self._built_env is None:
-            self._built_env = trainer.datamodule.env.fresh()
+            self._built_env = trainer.datamodule.env.fresh(render=self.record_video > 0)
         return self._built_env
 
     def evaluate(self, trainer: pl.Trainer, pl_module: Any, on_step: bool = True) -> dict[str, float]:
@@ -118,14 +146,7 @@ class Evaluation(Callback):
                 "random", env, self.num_episodes, pl_module.device, seed, True, self.max_steps
             )
             self.random_return = float(trainer.strategy.reduce(random_returns.mean(), reduce_op="mean"))
-        wait_for_policy(pl_module)
-        was_training = pl_module.training
-        pl_module.eval()
-        deterministic = pl_module.eval_deterministic if self.deterministic is None else self.deterministic
-        returns, lengths = run_episodes(
-            pl_module, env, self.num_episodes, pl_module.device, seed, deterministic, self.max_steps
-        )
-        pl_module.train(was_training)
+        returns, lengths = self._play(trainer, pl_module, env, seed)
         mean_return = trainer.strategy.reduce(returns.mean(), reduce_op="mean")
         metrics = {
             "eval/episode_return": mean_return,
@@ -146,6 +167,23 @@ class Evaluation(Callback):
         record.update(env_steps=pl_module.env_steps, updates=pl_module.updates)
         self.history.append(record)
         return record
+
+    def _play(self, trainer: pl.Trainer, pl_module: Any, env: TorchEnv, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The policy's episodes (recorded to TensorBoard on rank zero when ``record_video``): returns, lengths."""
+        wait_for_policy(pl_module)
+        was_training = pl_module.training
+        pl_module.eval()
+        deterministic = pl_module.eval_deterministic if self.deterministic is None else self.deterministic
+        recording = self.record_video > 0 and trainer.is_global_zero and trainer.state.fn == "fit"
+        recorder = FrameRecorder(env, self.record_video) if recording else None
+        returns, lengths = run_episodes(
+            pl_module, env, self.num_episodes, pl_module.device, seed, deterministic, self.max_steps, recorder
+        )
+        pl_module.train(was_training)
+        if recorder is not None:
+            loggers = tensorboard_loggers(trainer, f"Evaluation: record_video={self.record_video}")
+            write_video(loggers, "eval/video", recorder.video(lengths), pl_module.env_steps, self.video_fps)
+        return returns, lengths
 
     @override
     def state_dict(self) -> dict[str, Any]:

@@ -135,16 +135,20 @@ class TorchEnv(ABC):
     #: True when ``step_state(..., inplace=False)`` leaves the input state valid, i.e. a state can be snapshotted
     #: and stepped again (SPO's search and the sequence collector need it). Batch-stepping backends say False.
     can_snapshot: bool = True
+    #: True when ``render_rgb`` draws frames (the Evaluation callback's ``record_video`` needs it).
+    renders_rgb: bool = False
 
     def __new__(cls, *args: Any, **kwargs: Any) -> TorchEnv:
         env = super().__new__(cls)
         env._init_args = (args, kwargs)  # the recipe ``fresh`` rebuilds from
         return env
 
-    def fresh(self) -> TorchEnv:
+    def fresh(self, render: bool = False) -> TorchEnv:
         """A new env built with this one's constructor arguments, sharing no state with it (an eval env).
 
-        Unlike a deep copy it never copies live resources (a Gymnasium adapter's running envs).
+        Unlike a deep copy it never copies live resources (a Gymnasium adapter's running envs). ``render``
+        asks for an env whose ``render_rgb`` works (Gymnasium backends then make their envs with
+        ``render_mode="rgb_array"``); torch envs render without it.
         """
         args, kwargs = self._init_args
         return type(self)(*args, **kwargs)
@@ -196,6 +200,10 @@ class TorchEnv(ABC):
                 raise ValueError(f"{spec.name}: action contains NaN/inf; check the policy outputs")
         else:
             _check_multi_action(spec, action, batch)
+
+    def render_rgb(self, state: TensorDict) -> torch.Tensor:
+        """Draw each row of ``state`` as a uint8 ``[B, H, W, 3]`` image (only where ``renders_rgb`` is True)."""
+        raise ConfigError(f"{self.spec.name}: this env has no rgb rendering, so its episodes cannot be recorded")
 
     def release(self, state: TensorDict) -> None:  # noqa: B027 - optional hook
         """Free external resources held by ``state`` (snapshot ids); harmless to call twice."""

@@ -93,6 +93,15 @@ class Catch(TorchEnv):
         blocks = grid[:, :, None, :, None].expand(batch, self.rows, height, self.columns, width)
         return blocks.reshape(batch, 1, self.size, self.size)
 
+    renders_rgb = True
+
+    def render_rgb(self, state: TensorDict) -> torch.Tensor:
+        """The observation's pixels in grey, upscaled to at least 128 pixels a side: uint8 ``[B, H, W, 3]``."""
+        frame = self.render(state["ball_row"], state["ball_col"], state["paddle_col"])[:, 0]
+        factor = max(1, 128 // self.size)
+        frame = frame.repeat_interleave(factor, dim=1).repeat_interleave(factor, dim=2)
+        return frame.unsqueeze(-1).expand(*frame.shape, 3)
+
     def observe(self, state: TensorDict) -> TensorDict:
         """Return the rendered frame of the current state."""
         obs = self.render(state["ball_row"], state["ball_col"], state["paddle_col"])

@@ -38,6 +38,10 @@ class EnvFactory:
         wrappers: wrapper classes with their ``init_args``, applied in order (the first wraps the raw env).
         atari: an Atari preset (``rl_lightning.envs.gymnasium.atari``): ``env_id`` names the game, the preset
             picks the ALE id and its settings and wraps the env in its processing (inside ``wrappers``).
+
+    Attributes:
+        render_mode: the ``render_mode`` the envs are made with (from ``env_kwargs`` or ``env_class.init_args``;
+            an evaluation that records video sets ``"rgb_array"``).
     """
 
     def __init__(
@@ -68,6 +72,8 @@ class EnvFactory:
                 f"env_class.class_path={self.env_class.class_path!r} is a wrapper; list it under wrappers"
             )
         check_wrappers(self.wrappers)
+        given = self.env_kwargs if self.env_class is None else self.env_class.init_args
+        self.render_mode: str | None = given.get("render_mode")
         self.atari = atari
         if atari is not None:
             self._use_preset(atari)
@@ -94,11 +100,12 @@ class EnvFactory:
         """The env before the configured wrappers."""
         if self.env_class is not None:
             cls = import_class(self.env_class, gymnasium.Env, "env_class")
-            return construct(cls, self.env_class, "env_class")
+            spec = ClassSpec(self.env_class.class_path, {**self.env_class.init_args, **self._render_kwargs()})
+            return construct(cls, spec, "env_class")
         name = resolve_env_id(self.env_id)
         kwargs = self.env_kwargs if self.atari is None else {**self.env_kwargs, **self.atari.gym_kwargs()}
         try:
-            return gymnasium.make(name, **kwargs)
+            return gymnasium.make(name, **{**kwargs, **self._render_kwargs()})
         except gymnasium.error.DependencyNotInstalled as err:
             hint = _install_hint(err)
             raise ConfigError(f"env_id={self.env_id!r} needs a package that is not installed: {hint}") from None
@@ -107,6 +114,9 @@ class EnvFactory:
             raise ConfigError(
                 f"env_kwargs={self.env_kwargs!r}: gymnasium.make({self.env_id!r}) failed ({detail}); fix env_kwargs"
             ) from None
+
+    def _render_kwargs(self) -> dict[str, Any]:
+        return {} if self.render_mode is None else {"render_mode": self.render_mode}
 
     def __call__(self) -> gymnasium.Env:
         env = self.make_raw()

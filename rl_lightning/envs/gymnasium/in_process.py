@@ -22,6 +22,7 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.envs.gymnasium.backend import GymnasiumBackend, draw_seeds, step_output
+from rl_lightning.envs.gymnasium.render import RgbArrayRendering
 from rl_lightning.envs.gymnasium.spaces import gym_actions, obs_tensor, stack_obs
 from rl_lightning.envs.gymnasium.wrappers import ClassConfig
 from rl_lightning.errors import EnvError
@@ -29,7 +30,7 @@ from rl_lightning.errors import EnvError
 SNAPSHOT = "snapshot"
 
 
-class GymnasiumEnv(GymnasiumBackend):
+class GymnasiumEnv(RgbArrayRendering, GymnasiumBackend):
     """A Gymnasium env stepped one copy at a time in this process, with snapshots (SPO's search needs them).
 
     ``terminated`` and ``truncated`` come straight from Gymnasium (``gymnasium.make`` adds the ``TimeLimit``
@@ -165,6 +166,9 @@ class GymnasiumEnv(GymnasiumBackend):
         obs = env.reset()[0] if terminated or truncated else final_obs
         self._obs[sid] = obs
         return obs, final_obs, float(reward), bool(terminated), bool(truncated)
+
+    def _frames(self, state: TensorDict) -> list[Any]:
+        return [self._env(sid).render() for sid in self._ids(state)]
 
     def release(self, state: TensorDict) -> None:
         """Free the envs behind ``state``; ids already released (or unknown) are ignored."""

@@ -14,8 +14,10 @@ from typing import Any
 
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+from tensordict import TensorDict
 
-from rl_lightning.envs.gymnasium.backend import VectorBackend
+from rl_lightning.envs.gymnasium.backend import ENV_INDEX, VectorBackend
+from rl_lightning.envs.gymnasium.render import RgbArrayRendering
 from rl_lightning.envs.gymnasium.spaces import with_final_obs
 from rl_lightning.envs.gymnasium.wrappers import ClassConfig
 from rl_lightning.errors import ConfigError
@@ -23,7 +25,7 @@ from rl_lightning.errors import ConfigError
 MODES = ("sync", "async")
 
 
-class GymnasiumVectorEnv(VectorBackend):
+class GymnasiumVectorEnv(RgbArrayRendering, VectorBackend):
     """A Gymnasium env stepped by ``SyncVectorEnv`` (one process) or ``AsyncVectorEnv`` (one process per env).
 
     No snapshots (``can_snapshot`` is False): SPO needs ``rl_lightning.envs.GymnasiumEnv``.
@@ -82,6 +84,12 @@ class GymnasiumVectorEnv(VectorBackend):
         mask = np.asarray(info.get("_final_obs", np.zeros(len(reward), dtype=bool)))
         final_obs = with_final_obs(obs, info.get("final_obs", [None] * len(reward)), mask, self._obs_space)
         return obs, final_obs, reward, terminated, truncated
+
+    def _frames(self, state: TensorDict) -> list[Any]:
+        if self._venv is None:
+            raise RuntimeError(f"GymnasiumVectorEnv({self.env_id!r}): render_rgb before reset_state")
+        frames = self._venv.call("render")  # every sub-env renders; rows pick theirs by index
+        return [frames[i] for i in state[ENV_INDEX].tolist()]
 
     def _unstarted(self) -> dict[str, Any]:
         return {**super()._unstarted(), "_venv": None}
