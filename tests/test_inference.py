@@ -211,10 +211,10 @@ def test_bad_inputs_are_refused_in_one_line():
     obs = np.zeros(module.env_spec.obs_shape, dtype=np.float32)
     with pytest.raises(ConfigError, match="has action masks .* pass action_mask="):
         policy(obs)
-    with pytest.raises(ConfigError, match=r"observation of shape \(5,\) does not fit"):
+    with pytest.raises(ConfigError, match=r"observation 'obs' of shape \(5,\) does not fit"):
         policy(np.zeros(5), action_mask=np.ones(9, dtype=bool))
     with pytest.raises(ConfigError, match=r"observation is a dict \(keys \['board'\]\)"):
-        policy({"board": obs})  # Dict observations: not in this version's EnvSpec (see the README)
+        policy({"board": obs})  # TicTacToe's observation is one array
     with pytest.raises(ConfigError, match="policy.search is SPO's"):
         policy.search(BatchedEnv(TicTacToe(), 1))
     for error in (_one_line(lambda: policy(obs)), _one_line(lambda: policy({"board": obs}))):
@@ -246,3 +246,25 @@ def test_sampled_actions_follow_the_seed():
     assert np.array_equal(first, second)
     assert len(np.unique(first)) > 1
     assert not np.array_equal(first, policy_a(batch, deterministic=False))
+
+
+def test_dict_observations_single_and_batched_as_the_env_returns_them():
+    """A ``Dict`` env's raw observation (a dict of arrays) acts like the module on the nested TensorDict."""
+    from tests.test_spaces import gym
+
+    core = gym("TwoKeyDict", length=2)
+    module = PPO(env_spec=core.spec, hidden_sizes=(8,)).eval()
+    policy = Policy(module)
+    env = BatchedEnv(core, 3, seed=4)
+    obs = env.reset()[keys.OBS]
+    env.close()
+    raw = {name: obs[name].numpy() for name in ("position", "velocity")}
+    expected = module.act(TensorDict({keys.OBS: obs}, batch_size=[3]), deterministic=True)[keys.ACTION]
+    assert policy(raw).tolist() == expected.tolist()
+    assert [policy({k: v[i] for k, v in raw.items()}) for i in range(3)] == expected.tolist()
+    with pytest.raises(ConfigError, match="has Dict observations"):
+        policy(raw["position"])
+    with pytest.raises(ConfigError, match="no key 'velocity'"):
+        policy({"position": raw["position"]})
+    with pytest.raises(ConfigError, match="mix one observation and a batch"):
+        policy({"position": raw["position"], "velocity": raw["velocity"][0]})

@@ -30,33 +30,72 @@ from rl_lightning.errors import ConfigError
 def obs_batch(obs: Any, spec: EnvSpec, device: torch.device, action_mask: Any = None) -> tuple[TensorDict, bool]:
     """``(TensorDict[B] with obs (+ action_mask), single)``; ``single`` when ``obs`` is one observation.
 
+    A ``Dict`` observation is a (nested) dict of arrays, one per key of the checkpoint's env; each key may be one
+    observation or a batch, the same for all keys.
+
     Raises:
-        ConfigError: a ``Dict`` observation, or a shape that is neither ``obs_shape`` nor ``(B, *obs_shape)``.
+        ConfigError: a dict where an array is expected (or the reverse), a missing key, or a shape that is neither
+            the key's shape nor ``(B, *shape)``.
     """
-    if isinstance(obs, Mapping | TensorDict):
-        raise ConfigError(
-            f"observation is a dict (keys {sorted(obs.keys())}), but the checkpoint's env {spec.name!r} has a "
-            f"single observation array of shape {tuple(spec.obs_shape)}; pass that array"
-        )
-    tensor = _as_tensor(obs, device, spec.obs_dtype)
-    shape = tuple(spec.obs_shape)
-    single = tuple(tensor.shape) == shape
-    if not single and tuple(tensor.shape[1:]) != shape:
-        raise ConfigError(
-            f"observation of shape {tuple(tensor.shape)} does not fit the checkpoint's env {spec.name!r}: pass one "
-            f"observation of shape {shape} or a batch of shape (B, {', '.join(map(str, shape))})"
-        )
+    tensors = _leaf_tensors(obs, spec, device)
+    singles = {name: _is_single(tensors[key], leaf.shape, name, spec) for (key, leaf), name in _named_leaves(spec)}
+    if len(set(singles.values())) > 1:
+        raise ConfigError(f"observation keys mix one observation and a batch ({singles}); pass all keys alike")
+    single = next(iter(singles.values()))
     if single:
-        tensor = tensor.unsqueeze(0)
-    td = TensorDict({keys.OBS: tensor}, batch_size=tensor.shape[:1], device=device)
+        tensors = {key: tensor.unsqueeze(0) for key, tensor in tensors.items()}
+    batch = next(iter(tensors.values())).shape[:1]
+    td = TensorDict({}, batch_size=batch, device=device)
+    for key, tensor in tensors.items():
+        td.set((keys.OBS, *key) if key else keys.OBS, tensor)
     if action_mask is not None:
-        td[keys.ACTION_MASK] = _mask(action_mask, spec, tensor.shape[0], single, device)
+        td[keys.ACTION_MASK] = _mask(action_mask, spec, batch[0], single, device)
     elif spec.has_action_mask:
         raise ConfigError(
             f"the checkpoint's env {spec.name!r} has action masks and the policy was trained with them; pass "
             f"action_mask= (bool, shape ({spec.num_actions},) or (B, {spec.num_actions}); True = legal)"
         )
     return td, single
+
+
+def _named_leaves(spec: EnvSpec) -> list[tuple[tuple[tuple[str, ...], Any], str]]:
+    return [((key, leaf), "/".join(key) or "obs") for key, leaf in spec.obs_leaves()]
+
+
+def _leaf_tensors(obs: Any, spec: EnvSpec, device: torch.device) -> dict[tuple[str, ...], torch.Tensor]:
+    """One tensor per observation leaf of ``spec``, in the leaf's stored dtype."""
+    is_dict = isinstance(obs, Mapping | TensorDict)
+    if not spec.obs_keys:
+        if is_dict:
+            raise ConfigError(
+                f"observation is a dict (keys {sorted(obs.keys())}), but the checkpoint's env {spec.name!r} has a "
+                f"single observation array of shape {tuple(spec.obs_shape)}; pass that array"
+            )
+        return {(): _as_tensor(obs, device, spec.obs_dtype)}
+    names = [name for _, name in _named_leaves(spec)]
+    if not is_dict:
+        raise ConfigError(f"the checkpoint's env {spec.name!r} has Dict observations (keys {names}); pass a dict")
+    tensors = {}
+    for (key, leaf), name in _named_leaves(spec):
+        value = obs
+        for part in key:
+            if part not in value:
+                raise ConfigError(f"observation has no key {name!r}; the checkpoint's env {spec.name!r} has {names}")
+            value = value[part]
+        tensors[key] = _as_tensor(value, device, leaf.dtype)
+    return tensors
+
+
+def _is_single(tensor: torch.Tensor, shape: tuple[int, ...], name: str, spec: EnvSpec) -> bool:
+    shape = tuple(shape)
+    if tuple(tensor.shape) == shape:
+        return True
+    if tuple(tensor.shape[1:]) != shape:
+        raise ConfigError(
+            f"observation {name!r} of shape {tuple(tensor.shape)} does not fit the checkpoint's env {spec.name!r}: "
+            f"pass one observation of shape {shape} or a batch of shape (B, {', '.join(map(str, shape))})"
+        )
+    return False
 
 
 def _as_tensor(value: Any, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
