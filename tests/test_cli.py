@@ -9,9 +9,10 @@ import pytest
 import yaml
 
 from rl_lightning.cli import bundled_dirs, cli_main, main
+from tests.bundled_configs import bundled_configs
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+CONFIGS = bundled_configs()
 FRAGMENTS = sorted((ROOT / "callbacks").glob("*.yaml"))
 
 
@@ -52,11 +53,13 @@ def _fast_overrides(tmp_path: Path, config: Path) -> list[str]:
             "model.init_args.update_epochs": 1,
             "model.init_args.num_minibatches": 2,
         }
+    if loaded["data"]["init_args"]["env"]["class_path"].startswith("rl_lightning.envs.Gymnasium"):
+        train["data.init_args.env.init_args.env_kwargs"] = "{max_episode_steps: 20}"  # short evaluation episodes
     args = [item for key, value in train.items() for item in (f"--{key}", str(value))]
     return args + _common_overrides(tmp_path)
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
+@pytest.mark.parametrize("config", CONFIGS)
 def test_every_config_fits_by_name_from_another_directory(tmp_path, monkeypatch, config):
     monkeypatch.chdir(tmp_path)  # bundled configs resolve by bare name from any directory
     cli = cli_main(["fit", "--config", config.stem, *_fast_overrides(tmp_path, config)])

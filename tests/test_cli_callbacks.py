@@ -8,9 +8,10 @@ import pytest
 import yaml
 
 from rl_lightning.cli import cli_main
+from tests.bundled_configs import bundled_configs
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+CONFIGS = bundled_configs()
 FRAGMENTS = sorted((ROOT / "callbacks").glob("*.yaml"))
 
 
@@ -24,7 +25,7 @@ def _short(class_path: str) -> str:
 
 
 @pytest.mark.parametrize("fragment", FRAGMENTS, ids=lambda p: p.stem)
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("config", CONFIGS)
 def test_fragment_replaces_the_bundled_callback_of_its_class(tmp_path, monkeypatch, config, fragment):
     monkeypatch.chdir(tmp_path)
     cli = cli_main(["--config", str(config), "--config", str(fragment), "--trainer.enable_progress_bar", "false"],

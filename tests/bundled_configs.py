@@ -1,0 +1,22 @@
+"""The bundled ``configs/*.yaml`` as pytest parameters; those that need an optional extra skip where it is missing."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NEEDS_EXTRA = {"ppo_halfcheetah": "mujoco"}  # config stem -> the module its optional extra installs
+
+
+def bundled_configs() -> list:
+    """Every bundled config as a ``pytest.param`` (id: the file name), skipped if its extra is not installed."""
+    params = []
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        module = NEEDS_EXTRA.get(path.stem)
+        missing = module is not None and importlib.util.find_spec(module) is None
+        mark = pytest.mark.skipif(missing, reason=f"needs pip install 'rl_lightning[{module}]'")
+        params.append(pytest.param(path, id=path.name, marks=mark))
+    return params
