@@ -1,7 +1,7 @@
 """MuJoCo PPO benchmark (not ``mujoco.py``: run as a script, that name would shadow the ``mujoco`` package):
 ``configs/ppo_halfcheetah.yaml`` through the CLI, its TensorBoard curves, and env throughput per backend.
 
-    python benchmarks/ppo_mujoco.py                              # seed 0, the config's 1M env steps (~30 min)
+    python benchmarks/ppo_mujoco.py                              # seed 0, 1M env steps (~27 CPU-minutes)
     python benchmarks/ppo_mujoco.py --seeds 0,1,2 --out /tmp/hc  # one run after another
     python benchmarks/ppo_mujoco.py --total-env-steps 300000     # a shorter run (the curve up to there)
     python benchmarks/ppo_mujoco.py --read /tmp/hc/ppo_halfcheetah/seed0   # tables from finished runs' event files
