@@ -15,11 +15,11 @@ import gymnasium
 import numpy as np
 
 from rl_lightning.envs.gymnasium.atari import game_name, import_ale, named_preset, snake_case
-from rl_lightning.envs.gymnasium.backend import VectorBackend
+from rl_lightning.envs.gymnasium.backend import HeldVectorEnv
 from rl_lightning.envs.gymnasium.spaces import env_spec
 
 
-class AleVectorEnv(VectorBackend):
+class AleVectorEnv(HeldVectorEnv):
     """An Atari game stepped by ale-py's ``AtariVectorEnv`` thread pool; no snapshots.
 
     Args:
@@ -83,12 +83,3 @@ class AleVectorEnv(VectorBackend):
             done = np.logical_or(terminated, truncated)[:, None, None, None]
             final_obs = np.where(done, self._channels_first(info["final_obs"]), obs)
         return obs, final_obs, reward, terminated, truncated
-
-    def _unstarted(self) -> dict[str, Any]:
-        return {**super()._unstarted(), "_venv": None}
-
-    def close(self) -> None:
-        if self._venv is not None:
-            self._venv.close()
-            self._venv = None
-        super().close()

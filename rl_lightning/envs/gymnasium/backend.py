@@ -169,3 +169,19 @@ class VectorBackend(GymnasiumBackend):
     def close(self) -> None:
         self._num = None
         self._obs = None
+
+
+class HeldVectorEnv(VectorBackend):
+    """A batch backend that holds one library vector env in ``_venv`` (Gymnasium's or ale-py's): copies start
+    without it, and ``close`` closes it."""
+
+    _venv: Any = None
+
+    def _unstarted(self) -> dict[str, Any]:
+        return {**super()._unstarted(), "_venv": None}
+
+    def close(self) -> None:
+        if self._venv is not None:
+            self._venv.close()
+            self._venv = None
+        super().close()

@@ -16,7 +16,7 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 from tensordict import TensorDict
 
-from rl_lightning.envs.gymnasium.backend import ENV_INDEX, VectorBackend
+from rl_lightning.envs.gymnasium.backend import ENV_INDEX, HeldVectorEnv
 from rl_lightning.envs.gymnasium.render import RgbArrayRendering
 from rl_lightning.envs.gymnasium.spaces import with_final_obs
 from rl_lightning.envs.gymnasium.wrappers import ClassConfig
@@ -25,7 +25,7 @@ from rl_lightning.errors import ConfigError
 MODES = ("sync", "async")
 
 
-class GymnasiumVectorEnv(RgbArrayRendering, VectorBackend):
+class GymnasiumVectorEnv(RgbArrayRendering, HeldVectorEnv):
     """A Gymnasium env stepped by ``SyncVectorEnv`` (one process) or ``AsyncVectorEnv`` (one process per env).
 
     No snapshots (``can_snapshot`` is False): SPO needs ``rl_lightning.envs.GymnasiumEnv``.
@@ -90,12 +90,3 @@ class GymnasiumVectorEnv(RgbArrayRendering, VectorBackend):
             raise RuntimeError(f"GymnasiumVectorEnv({self.env_id!r}): render_rgb before reset_state")
         frames = self._venv.call("render")  # every sub-env renders; rows pick theirs by index
         return [frames[i] for i in state[ENV_INDEX].tolist()]
-
-    def _unstarted(self) -> dict[str, Any]:
-        return {**super()._unstarted(), "_venv": None}
-
-    def close(self) -> None:
-        if self._venv is not None:
-            self._venv.close()
-            self._venv = None
-        super().close()
