@@ -19,22 +19,25 @@ def mlp(
     hidden_sizes: Sequence[int],
     activation: str = "tanh",
     output_gain: float = 1.0,
+    orthogonal: bool = True,
 ) -> nn.Sequential:
-    """``Linear → act`` per hidden size, then a linear head; orthogonal weights (gain √2, head ``output_gain``)."""
+    """``Linear → act`` per hidden size, then a linear head; orthogonal weights (gain √2, head ``output_gain``) and
+    zero biases, or PyTorch's default ``Linear`` init with ``orthogonal=False``."""
     if activation not in ACTIVATIONS:
         raise ConfigError(f"activation={activation!r}: choose one of {sorted(ACTIVATIONS)}")
     layers: list[nn.Module] = []
     width = in_features
     for size in hidden_sizes:
-        layers += [_init(nn.Linear(width, size), math.sqrt(2.0)), ACTIVATIONS[activation]()]
+        layers += [_init(nn.Linear(width, size), math.sqrt(2.0), orthogonal), ACTIVATIONS[activation]()]
         width = size
-    layers.append(_init(nn.Linear(width, out_features), output_gain))
+    layers.append(_init(nn.Linear(width, out_features), output_gain, orthogonal))
     return nn.Sequential(*layers)
 
 
-def _init(layer: nn.Linear, gain: float) -> nn.Linear:
-    nn.init.orthogonal_(layer.weight, gain)
-    nn.init.zeros_(layer.bias)
+def _init(layer: nn.Linear, gain: float, orthogonal: bool = True) -> nn.Linear:
+    if orthogonal:
+        nn.init.orthogonal_(layer.weight, gain)
+        nn.init.zeros_(layer.bias)
     return layer
 
 

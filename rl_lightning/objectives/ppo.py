@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-from tensordict import TensorDict
 
 
 def ppo_loss(
@@ -18,11 +17,11 @@ def ppo_loss(
     clip_vloss: bool,
     vf_coef: float,
     ent_coef: float,
-) -> TensorDict:
+) -> dict[str, torch.Tensor]:
     """PPO loss terms for one minibatch.
 
     Shape contract: all inputs ``[N]``. ``advantage`` is used as given (normalise it before calling).
-    Returns a TensorDict with ``loss`` (the weighted sum to back-propagate), ``loss_policy``,
+    Returns a plain dict (cheap inside the minibatch loop) with ``loss`` (the weighted sum to back-propagate), ``loss_policy``,
     ``loss_value``, ``loss_entropy`` (= −mean entropy) and detached diagnostics ``approx_kl``
     (the low-variance k3 estimator, E[(r − 1) − log r]), ``clip_fraction`` and ``entropy``.
 
@@ -46,18 +45,15 @@ def ppo_loss(
     with torch.no_grad():
         approx_kl = ((ratio - 1.0) - log_ratio).mean()
         clip_fraction = ((ratio - 1.0).abs() > clip_coef).float().mean()
-    return TensorDict(
-        {
-            "loss": loss,
-            "loss_policy": loss_policy,
-            "loss_value": loss_value,
-            "loss_entropy": loss_entropy,
-            "approx_kl": approx_kl,
-            "clip_fraction": clip_fraction,
-            "entropy": entropy.detach().mean(),
-        },
-        batch_size=[],
-    )
+    return {
+        "loss": loss,
+        "loss_policy": loss_policy,
+        "loss_value": loss_value,
+        "loss_entropy": loss_entropy,
+        "approx_kl": approx_kl,
+        "clip_fraction": clip_fraction,
+        "entropy": entropy.detach().mean(),
+    }
 
 
 def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
