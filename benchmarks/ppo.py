@@ -4,6 +4,7 @@
     python benchmarks/ppo.py --quick         # 1 seed, shorter throughput/overhead measurements
     python benchmarks/ppo.py --seeds 5 --envs cartpole --sections learning
     python benchmarks/ppo.py --envs cartpole --sections repro   # same seed twice: identical evaluations?
+    python benchmarks/ppo.py --profile [--profile-config ppo_halfcheetah.yaml]   # where an update's time goes
 
 Learning runs use the bundled configs (``configs/ppo*.yaml``) unchanged, except that the logger, checkpointing,
 progress bar and the configs' own callbacks are replaced by one evaluation callback that evaluates often and stops
@@ -36,7 +37,12 @@ import lightning.pytorch as pl
 import torch
 from tensordict import TensorDict
 
+from _profile import Part, profile_fit
 from rl_lightning.algos import PPO
+from rl_lightning.algos.optimizer_steps import OptimizerSteps
+from rl_lightning.callbacks import Evaluation
+from rl_lightning.networks.normalizers import DictObservationNormalizer, ObservationNormalizer
+from rl_lightning.objectives.ppo import ppo_loss
 from rl_lightning.data.collector import Collector
 from rl_lightning.envs import CartPole
 from rl_lightning.envs.base import BatchedEnv
@@ -324,6 +330,26 @@ def print_overhead(r: dict[str, Any]) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Profile: where a PPO fit's time goes
+# ----------------------------------------------------------------------------------------------------------------
+PROFILE_PARTS = [
+    Part("collection (Collector.rollout)", [Collector.rollout]),
+    Part("acting (PPO.act)", [PPO.act], 1),
+    Part("env step (BatchedEnv.step)", [BatchedEnv.step], 1),
+    Part("GAE and targets (PPO.process_rollout)", [PPO.process_rollout]),
+    Part("update (PPO.update)", [PPO.update]),
+    Part("forward and loss", [PPO._evaluate, ppo_loss], 1),
+    Part("backward", [OptimizerSteps.backward], 1),
+    Part("gradient clip", [torch.nn.utils.clip_grad_norm_], 1),
+    Part("optimiser step", [OptimizerSteps.step], 1),
+    Part("observation statistics", [ObservationNormalizer.update, DictObservationNormalizer.update]),
+    Part("logging (PPO._log_update)", [PPO._log_update]),
+    Part("evaluation callback", [Evaluation.evaluate]),
+    Part("checkpoints", [pl.Trainer.save_checkpoint]),
+]
+
+
+# ----------------------------------------------------------------------------------------------------------------
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="1 seed (unless --seeds), shorter measurements")
@@ -336,6 +362,8 @@ def main() -> None:
         help="comma list of learning,throughput,overhead,repro (repro: the first env's first seed run twice)",
     )
     parser.add_argument("--verbose", action="store_true", help="print every evaluation of every run")
+    parser.add_argument("--profile", action="store_true", help="only print the cProfile breakdown of a short fit")
+    parser.add_argument("--profile-config", default="ppo.yaml", help="bundled config to profile (default ppo.yaml)")
     parser.add_argument(
         "--override",
         action="append",
@@ -355,6 +383,9 @@ def main() -> None:
         f"rl_lightning PPO benchmark: torch {torch.__version__}, lightning {pl.__version__}, "
         f"threads {torch.get_num_threads()}, cpus {os.cpu_count()}, seeds {seeds}"
     )
+    if args.profile:
+        profile_fit(args.profile_config, PROFILE_PARTS, extra=overrides_to_args(args.override))
+        return
     all_pass = True
     if "learning" in sections:
         results: dict[str, list[RunResult]] = {}
