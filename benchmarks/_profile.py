@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import lightning.pytorch as pl
-
 from _common import build_cli
 
 _SYNC_METHODS = ("item", "tolist", "cpu", "numpy", "__bool__")
@@ -60,7 +59,9 @@ def _host_syncs(stats: dict[Any, Any]) -> int:
     )
 
 
-def profile_fit(config: str, parts: Sequence[Part], updates: int = 20, warmup: int = 3, extra: list[str] | None = None) -> None:
+def profile_fit(
+    config: str, parts: Sequence[Part], updates: int = 20, warmup: int = 3, extra: list[str] | None = None
+) -> None:
     """Fit ``config`` for ``warmup + updates`` updates, profiling the last ``updates``, and print the table."""
     cli = build_cli(config, seed=0, extra=extra)
     module = cli.model

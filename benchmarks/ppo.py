@@ -35,17 +35,17 @@ from _common import median_or_inf as _median_or_inf
 # isort: split
 import lightning.pytorch as pl
 import torch
+from _profile import Part, profile_fit
 from tensordict import TensorDict
 
-from _profile import Part, profile_fit
 from rl_lightning.algos import PPO
 from rl_lightning.algos.optimizer_steps import OptimizerSteps
 from rl_lightning.callbacks import Evaluation
-from rl_lightning.networks.normalizers import DictObservationNormalizer, ObservationNormalizer
-from rl_lightning.objectives.ppo import ppo_loss
 from rl_lightning.data.collector import Collector
 from rl_lightning.envs import CartPole
 from rl_lightning.envs.base import BatchedEnv
+from rl_lightning.networks.normalizers import DictObservationNormalizer, ObservationNormalizer
+from rl_lightning.objectives.ppo import ppo_loss
 
 
 # ----------------------------------------------------------------------------------------------------------------

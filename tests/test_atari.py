@@ -23,9 +23,7 @@ BACKENDS = [
     pytest.param("GymnasiumEnv", {}, marks=needs_ale, id="in_process"),
     pytest.param("GymnasiumVectorEnv", {"mode": "sync"}, marks=needs_ale, id="gym_sync"),
     pytest.param("AleVectorEnv", {}, marks=needs_ale, id="ale_vector"),
-    pytest.param(
-        "EnvPoolEnv", {}, marks=pytest.mark.skipif(not HAS_ENVPOOL, reason="needs envpool"), id="envpool"
-    ),
+    pytest.param("EnvPoolEnv", {}, marks=pytest.mark.skipif(not HAS_ENVPOOL, reason="needs envpool"), id="envpool"),
 ]
 
 

@@ -236,5 +236,7 @@ def test_checkpoint_files_are_named_by_env_steps(tmp_path):
     checkpoint = RLCheckpoint(every_n_updates=1, dirpath=str(tmp_path / "ckpt"), save_top_k=-1)
     trainer(tmp_path, callbacks=[checkpoint], enable_checkpointing=True).fit(module, dm)
     assert sorted(p.name for p in (tmp_path / "ckpt").glob("*.ckpt")) == [
-        "env_steps=128.ckpt", "env_steps=64.ckpt", "last.ckpt"
+        "env_steps=128.ckpt",
+        "env_steps=64.ckpt",
+        "last.ckpt",
     ]

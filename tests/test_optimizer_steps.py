@@ -65,7 +65,9 @@ def test_standalone_update_counts_nothing_and_uses_the_plain_optimizer():
     module, _ = tiny_ppo()
     optimizer = torch.optim.Adam(module.parameters())
     steps = OptimizerSteps(module, optimizer)
-    assert steps.direct and not steps.credit and steps.optimizer is optimizer
+    assert steps.direct
+    assert not steps.credit
+    assert steps.optimizer is optimizer
 
 
 def test_orthogonal_init_is_optional():

@@ -72,7 +72,9 @@ def _wrappers_do_nothing(trainer: pl.Trainer, module: pl.LightningModule) -> boo
     if not isinstance(trainer.profiler, PassThroughProfiler):
         return False
     watchers = [module, *trainer.callbacks]
-    return not any(is_overridden(hook, watcher, parent=_base_of(watcher)) for watcher in watchers for hook in _STEP_HOOKS)
+    return not any(
+        is_overridden(hook, watcher, parent=_base_of(watcher)) for watcher in watchers for hook in _STEP_HOOKS
+    )
 
 
 def _base_of(watcher: Any) -> type:

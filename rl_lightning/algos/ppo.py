@@ -285,7 +285,7 @@ class PPO(RLModule):
         size = batch.numel()
         minibatch = size // hp.num_minibatches
         columns = {key: batch[key] for key in _UPDATE_KEYS}
-        if keys.ACTION_MASK in batch.keys():
+        if keys.ACTION_MASK in batch:
             columns[keys.ACTION_MASK] = batch[keys.ACTION_MASK]
         params = [p for p in self.parameters() if p.requires_grad]
         steps_runner = OptimizerSteps(self, optimizer)

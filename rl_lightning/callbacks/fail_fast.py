@@ -99,7 +99,6 @@ class FailFast(Callback):
         os.replace(tmp, path)
         return path
 
-
     def _before_as_run(self, pl_module: Any) -> dict[str, Any] | None:
         """The pre-update state, with the optimiser's param-group settings (``lr``, ...) the update ran with.
 

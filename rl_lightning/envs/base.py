@@ -217,8 +217,7 @@ def _check_multi_action(spec: EnvSpec, action: torch.Tensor, batch: int) -> None
     expected = (batch, *spec.action_shape)
     if tuple(action.shape) != expected or action.is_floating_point() or action.dtype == torch.bool:
         raise ValueError(
-            f"{spec.name}: action must be an int64 tensor of shape {expected}, got {action.dtype} "
-            f"{tuple(action.shape)}"
+            f"{spec.name}: action must be an int64 tensor of shape {expected}, got {action.dtype} {tuple(action.shape)}"
         )
     nvec = spec.action_nvec or (2,) * int(torch.Size(spec.action_shape).numel())
     high = torch.tensor(nvec, device=action.device).reshape(spec.action_shape)

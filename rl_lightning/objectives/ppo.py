@@ -21,8 +21,8 @@ def ppo_loss(
     """PPO loss terms for one minibatch.
 
     Shape contract: all inputs ``[N]``. ``advantage`` is used as given (normalise it before calling).
-    Returns a plain dict (cheap inside the minibatch loop) with ``loss`` (the weighted sum to back-propagate), ``loss_policy``,
-    ``loss_value``, ``loss_entropy`` (= −mean entropy) and detached diagnostics ``approx_kl``
+    Returns a plain dict (cheap inside the minibatch loop) with ``loss`` (the weighted sum to back-propagate),
+    ``loss_policy``, ``loss_value``, ``loss_entropy`` (= −mean entropy) and detached diagnostics ``approx_kl``
     (the low-variance k3 estimator, E[(r − 1) − log r]), ``clip_fraction`` and ``entropy``.
 
     The value loss is ``0.5 · (V − target)²``, or with ``clip_vloss`` the elementwise max of the clipped and

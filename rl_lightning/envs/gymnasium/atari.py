@@ -81,7 +81,6 @@ class AtariPreset:
         return {"frameskip": 1, "repeat_action_probability": self.sticky, "full_action_space": self.full_action_space,
                 "max_num_frames_per_episode": self.max_episode_frames}  # fmt: skip
 
-
     def envpool_kwargs(self) -> dict:
         """``envpool.make`` options of an EnvPool Atari task (``{Game}-v5``, baselines-style by default).
 

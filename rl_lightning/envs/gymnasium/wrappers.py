@@ -44,9 +44,7 @@ def class_spec(value: ClassSpec | ClassConfig, field_name: str) -> ClassSpec:
     if isinstance(value, ClassSpec):
         return value
     if not isinstance(value, dict) or "class_path" not in value or set(value) - {"class_path", "init_args"}:
-        raise ConfigError(
-            f"{field_name}={value!r}: write {{class_path: package.module.Class, init_args: {{...}}}}"
-        )
+        raise ConfigError(f"{field_name}={value!r}: write {{class_path: package.module.Class, init_args: {{...}}}}")
     return ClassSpec(str(value["class_path"]), dict(value.get("init_args") or {}))
 
 
