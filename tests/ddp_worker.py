@@ -26,6 +26,8 @@ class Record(Callback):
                 "digest": weights_digest(pl_module),
                 "env_steps": pl_module.env_steps,
                 "first_obs": rollout["obs"][0].flatten().tolist(),
+                "obs_dtype": str(rollout["obs"].dtype),
+                "stored_obs_dtype": _stored_obs_dtype(trainer.datamodule),
                 "episode_return": float(pl_module.last_metrics.get("rollout/episode_return", float("nan"))),
                 "train": {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("train/")},
                 "own_train": {k: float(v) for k, v in pl_module.last_metrics.items() if k.startswith("train/")},
@@ -33,10 +35,21 @@ class Record(Callback):
         )
 
 
+def _stored_obs_dtype(datamodule) -> str | None:
+    """The replay ring's ``obs`` storage dtype (off-policy data modules only)."""
+    replay = getattr(datamodule, "replay", None)
+    storage = getattr(replay, "_storage", None)
+    return None if storage is None else str(storage["obs"].dtype)
+
+
 def main(out_dir: str, algo: str) -> None:
     torch.set_num_threads(1)
     pl.seed_everything(0)
-    if algo == "dreamer":
+    if algo == "dreamer_f64":  # MuJoCo's float64 observations, kept through collection, replay and DDP sampling
+        from rl_lightning.envs import GymnasiumEnv
+
+        module, dm = tiny_dreamer(GymnasiumEnv("HalfCheetah-v5"), total_env_steps=48, learning_starts=1)
+    elif algo == "dreamer":
         module, dm = tiny_dreamer(total_env_steps=48, learning_starts=1)  # 2 envs × 4 ticks × 2 ranks per update
     elif algo == "spo":
         module, dm = tiny_spo(rollout_length=16, total_env_steps=64 * 2 * 3)

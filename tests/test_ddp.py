@@ -14,8 +14,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("algo", ["ppo", "ppo_norm", "spo", "dreamer"])
+@pytest.mark.parametrize("algo", ["ppo", "ppo_norm", "spo", "dreamer", "dreamer_f64"])
 def test_ddp_two_cpu_processes(tmp_path, algo):
+    if algo == "dreamer_f64":
+        pytest.importorskip("mujoco")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "tests.ddp_worker", str(tmp_path), algo],
@@ -38,5 +40,11 @@ def test_ddp_two_cpu_processes(tmp_path, algo):
         assert a["train"] == b["train"]  # logged train/* are means over ranks: the global batch's losses...
         assert not a["own_train"] or a["own_train"] != b["own_train"]  # ...each rank's own differ (own rollout)
     assert any(row["train"] for row in rank0["rows"])
-    per_update = 16 if algo == "dreamer" else 128
+    expected_dtype = "torch.float64" if algo == "dreamer_f64" else "torch.float32"
+    for row in rank0["rows"] + rank1["rows"]:
+        assert row["obs_dtype"] == expected_dtype  # the env's dtype, on every rank (not cast at the adapter)
+        assert row["stored_obs_dtype"] in (None, expected_dtype)  # and in the replay ring
+    if algo.startswith("dreamer"):
+        assert all(row["stored_obs_dtype"] == expected_dtype for row in rank0["rows"] + rank1["rows"])
+    per_update = 16 if algo.startswith("dreamer") else 128
     assert [r["env_steps"] for r in rank0["rows"]] == [per_update, 2 * per_update, 3 * per_update]  # both ranks
