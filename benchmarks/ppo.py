@@ -5,6 +5,7 @@
     python benchmarks/ppo.py --seeds 5 --envs cartpole --sections learning
     python benchmarks/ppo.py --envs cartpole --sections repro   # same seed twice: identical evaluations?
     python benchmarks/ppo.py --profile [--profile-config ppo_halfcheetah.yaml]   # where an update's time goes
+    python benchmarks/ppo.py --sections overhead [--overhead-config ppo_halfcheetah.yaml]
 
 Learning runs use the bundled configs (``configs/ppo*.yaml``) unchanged, except that the logger, checkpointing,
 progress bar and the configs' own callbacks are replaced by one evaluation callback that evaluates often and stops
@@ -35,6 +36,7 @@ from _common import median_or_inf as _median_or_inf
 # isort: split
 import lightning.pytorch as pl
 import torch
+from _bare_ppo import hand_written_update
 from _profile import Part, profile_fit
 from tensordict import TensorDict
 
@@ -262,9 +264,13 @@ def run_overhead(quick: bool, config: str = "ppo.yaml") -> dict[str, Any]:
     fresh = copy.deepcopy(module)  # identical initial weights, never attached to a Trainer
     fresh.generator.manual_seed(0)
     bare_optimizer = fresh.configure_optimizers()
+    hand = copy.deepcopy(module)  # the same again, for the hand-written update
+    hand.generator.manual_seed(0)
+    hand_optimizer = hand.configure_optimizers()
 
     fit_seconds_list: list[float] = []
     bare_seconds_list: list[float] = []
+    hand_seconds_list: list[float] = []
     captured: list[TensorDict] = []
     original_update = module.update
 
@@ -277,6 +283,9 @@ def run_overhead(quick: bool, config: str = "ppo.yaml") -> dict[str, Any]:
         start = time.perf_counter()
         fresh.update(captured[0], bare_optimizer)
         bare_seconds_list.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        hand_written_update(hand, captured[0], hand_optimizer)
+        hand_seconds_list.append(time.perf_counter() - start)
         return out
 
     module.update = timed_update  # type: ignore[method-assign]
@@ -284,13 +293,14 @@ def run_overhead(quick: bool, config: str = "ppo.yaml") -> dict[str, Any]:
     cli.trainer.callbacks.insert(0, timer)
     start = time.perf_counter()
     cli.trainer.fit(module, cli.datamodule)
-    fit_wall = time.perf_counter() - start - sum(bare_seconds_list)
+    fit_wall = time.perf_counter() - start - sum(bare_seconds_list) - sum(hand_seconds_list)
 
     hp = module.hparams
     skip = 1  # the first update includes Adam's lazy state init (both paths)
     med = statistics.median
     pairs = list(zip(fit_seconds_list, bare_seconds_list))[skip:]
-    steps = [s - b for s, b in zip(timer.step_seconds, bare_seconds_list)]
+    steps = [s - b - h for s, b, h in zip(timer.step_seconds, bare_seconds_list, hand_seconds_list)]
+    hand_pairs = list(zip(fit_seconds_list, hand_seconds_list))[skip:]
     return {
         "config": config,
         "rollout": captured[0].numel(),
@@ -299,6 +309,8 @@ def run_overhead(quick: bool, config: str = "ppo.yaml") -> dict[str, Any]:
         "fit_update": med(f for f, _ in pairs),
         "bare_update": med(b for _, b in pairs),
         "ratio": med(f / b for f, b in pairs),
+        "hand_update": med(h for _, h in hand_pairs),
+        "hand_ratio": med(f / h for f, h in hand_pairs),
         "fit_step": med(steps[skip:]),
         "collect": med(timer.collect_seconds[skip:]),
         "gap": med(timer.gap_seconds) if timer.gap_seconds else float("nan"),
@@ -316,6 +328,12 @@ def print_overhead(r: dict[str, Any]) -> None:
     print(f"  PPO.update inside Trainer.fit        {r['fit_update'] * ms:8.2f} ms")
     print(f"  PPO.update in a bare Python loop     {r['bare_update'] * ms:8.2f} ms")
     print(f"  ratio fit / bare (median of pairs)   {r['ratio']:8.3f}")
+    print(f"  hand-written update, same math       {r['hand_update'] * ms:8.2f} ms  (benchmarks/_bare_ppo.py)")
+    steps = r["optimizer_steps"]
+    print(
+        f"  ratio fit / hand-written             {r['hand_ratio']:8.3f}  (target <= 1.15; per optimiser step "
+        f"{r['fit_update'] / steps * ms:.3f} vs {r['hand_update'] / steps * ms:.3f} ms)"
+    )
     other = r["fit_step"] - r["collect"] - r["fit_update"]
     print(
         f"  whole training_step {r['fit_step'] * ms:.2f} ms = collect {r['collect'] * ms:.2f} + update "
@@ -364,6 +382,7 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true", help="print every evaluation of every run")
     parser.add_argument("--profile", action="store_true", help="only print the cProfile breakdown of a short fit")
     parser.add_argument("--profile-config", default="ppo.yaml", help="bundled config to profile (default ppo.yaml)")
+    parser.add_argument("--overhead-config", default="ppo.yaml", help="bundled config of the overhead section")
     parser.add_argument(
         "--override",
         action="append",
@@ -408,7 +427,7 @@ def main() -> None:
     if "throughput" in sections:
         print_throughput(run_throughput(args.quick))
     if "overhead" in sections:
-        print_overhead(run_overhead(args.quick))
+        print_overhead(run_overhead(args.quick, args.overhead_config))
     if sections & {"learning", "repro"}:
         print(f"\nOVERALL: {'PASS' if all_pass else 'FAIL'}")
 

@@ -172,13 +172,12 @@ class PPO(RLModule):
 
     def evaluate_actions(self, td: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(logprob, entropy, value)`` of the stored actions under the current weights (with gradients)."""
-        return self._evaluate(td[keys.OBS], td[keys.ACTION], td.get(keys.ACTION_MASK, None))
+        return self._evaluate(self._obs(td), td[keys.ACTION], td.get(keys.ACTION_MASK, None))
 
     def _evaluate(
         self, obs: torch.Tensor | TensorDict, action: torch.Tensor, mask: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        if self.obs_normalizer is not None:
-            obs = self.obs_normalizer(obs)
+        """``evaluate_actions`` on observations already normalised (the update normalises a rollout once)."""
         features = self.encoder(obs)
         critic_features = features if self.critic_encoder is None else self.critic_encoder(obs)
         kind = self.env_spec.action_kind
@@ -277,7 +276,7 @@ class PPO(RLModule):
         standalone (``FailFast.reproduce`` replays a failing update this way).
 
         The minibatch loop is kept lean (the profile in benchmarks/README.md): the columns it needs are pulled out
-        of the TensorDict once, shuffled with one gather per epoch and sliced as views per minibatch; the terms
+        of the TensorDict once (observations normalised once), shuffled with one gather per epoch and sliced as views per minibatch; the terms
         are stacked into one tensor per step and summed on the device (read once, when logged).
         """
         hp = self.hparams
@@ -285,6 +284,7 @@ class PPO(RLModule):
         size = batch.numel()
         minibatch = size // hp.num_minibatches
         columns = {key: batch[key] for key in _UPDATE_KEYS}
+        columns[keys.OBS] = self._obs(batch)  # the statistics are frozen during an update: normalise once
         if keys.ACTION_MASK in batch:
             columns[keys.ACTION_MASK] = batch[keys.ACTION_MASK]
         params = [p for p in self.parameters() if p.requires_grad]
