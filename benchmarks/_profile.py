@@ -78,15 +78,15 @@ def profile_fit(
     stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     total = sum(row[2] for row in stats.values())  # all self time in the window = the window's wall on one thread
     print(f"\n== Profile: {config}, {updates} updates after {warmup} warm-up (cProfile; ms per update) ==")
-    print(f"  {'part':<46} {'ms/update':>10} {'share':>7}")
+    print(f"  {'part':<52} {'ms/update':>10} {'share':>7}")
     top = 0.0
     for part in parts:
         seconds = _cumulative(stats, part.functions)
         if part.depth == 0:
             top += seconds
         label = "  " * part.depth + part.label
-        print(f"  {label:<46} {seconds / updates * 1e3:10.2f} {seconds / total:7.1%}")
+        print(f"  {label:<52} {seconds / updates * 1e3:10.2f} {seconds / total:7.1%}")
     rest = total - top
-    print(f"  {'Lightning and data-module overhead (the rest)':<46} {rest / updates * 1e3:10.2f} {rest / total:7.1%}")
-    print(f"  {'whole fit window':<46} {total / updates * 1e3:10.2f} {1:7.1%}")
+    print(f"  {'Lightning and data-module overhead (the rest)':<52} {rest / updates * 1e3:10.2f} {rest / total:7.1%}")
+    print(f"  {'whole fit window':<52} {total / updates * 1e3:10.2f} {1:7.1%}")
     print(f"  host syncs (item/tolist/cpu/numpy/bool) per update: {_host_syncs(stats) / updates:.1f}")

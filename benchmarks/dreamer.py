@@ -3,6 +3,7 @@
     python benchmarks/dreamer.py                                  # speed, ratio, cartpole (seeds 0,1,2)
     python benchmarks/dreamer.py --sections speed --presets tiny,XS --speed-seconds 20
     python benchmarks/dreamer.py --sections cartpole --seeds 0 --cartpole-steps 40000 --cartpole-minutes 30
+    python benchmarks/dreamer.py --profile [--profile-config dreamer.yaml]   # where an update's time goes
 
 Run single-threaded (``torch.set_num_threads(1)``, set here). Sections:
 
@@ -59,11 +60,18 @@ from _common import (  # first: it silences warnings and Lightning's INFO loggin
 import lightning.pytorch as pl
 import torch
 import yaml
+from _profile import Part, profile_fit
+from lightning.pytorch.core.optimizer import LightningOptimizer
 from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.algos import DreamerV3
+from rl_lightning.algos.base import RLModule
+from rl_lightning.algos.dreamer.behavior import behaviour_losses, imagine, replay_value_loss
+from rl_lightning.algos.dreamer.world_model import WorldModel
+from rl_lightning.callbacks import Evaluation, SoftTargetUpdate
 from rl_lightning.data import DreamerDataModule
+from rl_lightning.data.replay import ReplayRing
 from rl_lightning.envs import CartPole
 
 CONFIG = "dreamer.yaml"
@@ -495,6 +503,23 @@ def _csv(text: str) -> list[str]:
     return [s.strip() for s in text.split(",") if s.strip()]
 
 
+# Profile: where a DreamerV3 fit's time goes (one update = the gradient steps due after one collection window)
+PROFILE_PARTS = [
+    Part("collection and replay (DreamerDataModule.collect)", [DreamerDataModule.collect]),
+    Part("sampling sequences", [ReplayRing.sample_sequences], 1),
+    Part("update (DreamerV3.update)", [DreamerV3.update]),
+    Part("world model: observe + losses", [WorldModel.loss], 1),
+    Part("imagination", [imagine], 1),
+    Part("actor and critic losses", [behaviour_losses, replay_value_loss], 1),
+    Part("backward", [RLModule.backward_loss], 1),
+    Part("gradient clip", [torch.nn.utils.clip_grad_norm_], 1),
+    Part("optimiser step", [LightningOptimizer.step], 1),
+    Part("target networks (soft update)", [SoftTargetUpdate.update]),
+    Part("logging", [DreamerV3._log_update]),
+    Part("evaluation callback", [Evaluation.evaluate]),
+]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sections", default="speed,ratio,cartpole", help="comma list of speed,ratio,cartpole,catch")
@@ -513,6 +538,8 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=2_500, help="env steps between CartPole evaluations")
     parser.add_argument("--eval-episodes", type=int, default=10, help="episodes per CartPole evaluation")
     parser.add_argument("--verbose", action="store_true", help="print every CartPole learning curve")
+    parser.add_argument("--profile", action="store_true", help="only print the cProfile breakdown of a short fit")
+    parser.add_argument("--profile-config", default="dreamer.yaml", help="bundled config to profile")
     parser.add_argument(
         "--override",
         action="append",
@@ -522,6 +549,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.profile:
+        profile_fit(args.profile_config, PROFILE_PARTS, updates=10, extra=overrides_to_args(args.override))
+        return
     sections = set(_csv(args.sections))
     unknown = sections - {"speed", "ratio", "cartpole", "catch"}
     if unknown:
