@@ -5,6 +5,11 @@ adapter logic beyond the preset's options (``AtariPreset.ale_vector_kwargs``). I
 preset: its observations are always preprocessed in C++. Sub-env ``i`` is seeded with the ``i``-th seed drawn
 from the run's generator; ALE's own random streams mean its episodes are not the Gymnasium backends' for the
 same seeds. RGB frames come as ``(stack, H, W, 3)`` and are laid out channels first, ``(3 * stack, H, W)``.
+
+Frame stacks: ale-py pads the stack of a new episode with black frames, where Gymnasium's
+``FrameStackObservation`` (and EnvPool, and openai/baselines' ``FrameStack``) repeat the episode's first frame.
+The adapter counts each env's frames since its reset and repeats the first frame the same way, so that with the
+same actions and seeds the frames equal the Gymnasium backends' (tests/test_atari.py checks it).
 """
 
 from __future__ import annotations
@@ -49,10 +54,15 @@ class AleVectorEnv(HeldVectorEnv):
         self._num = None
         self._obs = None
         self._venv: Any = None
+        self._age: np.ndarray | None = None  # frames since each env's reset, capped at the stack size
+        self._episode_frames: np.ndarray | None = None  # ALE's frame counter per env (falls at a real reset)
 
     @property
     def env_id(self) -> str:
         return self._id
+
+    def _unstarted(self) -> dict[str, Any]:
+        return {**super()._unstarted(), "_age": None, "_episode_frames": None}
 
     def _make(self, num: int) -> Any:
         from ale_py.vector_env import AtariVectorEnv
@@ -72,14 +82,37 @@ class AleVectorEnv(HeldVectorEnv):
         if self._venv is None or self._venv.num_envs != len(seeds):
             self.close()
             self._venv = self._make(len(seeds))
-        obs, _ = self._venv.reset(seed=np.asarray(seeds, dtype=np.int64))
-        return self._channels_first(obs)
+        obs, info = self._venv.reset(seed=np.asarray(seeds, dtype=np.int64))
+        self._age = np.ones(len(seeds), dtype=np.int64)
+        self._episode_frames = np.asarray(info["episode_frame_number"])
+        return self._repeat_first_frame(self._channels_first(obs), self._age)
 
     def _step_all(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         obs, reward, terminated, truncated, info = self._venv.step(np.asarray(actions))
-        obs = self._channels_first(obs)
-        final_obs = obs
-        if "final_obs" in info:  # dense over all rows; keep it only where an episode ended
-            done = np.logical_or(terminated, truncated)[:, None, None, None]
-            final_obs = np.where(done, self._channels_first(info["final_obs"]), obs)
-        return obs, final_obs, reward, terminated, truncated
+        done = np.logical_or(terminated, truncated)
+        # A life loss (baselines training) is ``terminated`` but ale-py plays on: the returned frames are the
+        # terminal ones and ``info["final_obs"]`` holds nothing for that row. Only a real reset restarts the
+        # episode's frame counter.
+        frames = np.asarray(info["episode_frame_number"])
+        restarted = done & (frames < self._episode_frames)
+        self._episode_frames = frames
+        ended_age = np.minimum(self._age + 1, self.atari.stack)
+        self._age = np.where(done, 1, ended_age)  # a new stack after any episode end, as Gymnasium's reset refills it
+        raw = self._channels_first(obs)
+        final_obs = self._repeat_first_frame(raw.copy(), ended_age)
+        if restarted.any():
+            final = self._repeat_first_frame(self._channels_first(info["final_obs"]), ended_age)
+            final_obs = np.where(restarted[:, None, None, None], final, final_obs)
+        return self._repeat_first_frame(raw, self._age), final_obs, reward, terminated, truncated
+
+    def _repeat_first_frame(self, obs: np.ndarray, age: np.ndarray) -> np.ndarray:
+        """Replace the black padding of stacks younger than the stack size by their episode's first frame."""
+        stack = self.atari.stack
+        young = np.flatnonzero(age < stack)
+        if young.size == 0:
+            return obs
+        frames = obs.reshape(obs.shape[0], stack, -1, *obs.shape[2:])  # [n, stack, channels, H, W]
+        for row in young:
+            first = stack - int(age[row])
+            frames[row, :first] = frames[row, first]
+        return obs
