@@ -276,8 +276,9 @@ class PPO(RLModule):
         standalone (``FailFast.reproduce`` replays a failing update this way).
 
         The minibatch loop is kept lean (the profile in benchmarks/README.md): the columns it needs are pulled out
-        of the TensorDict once (observations normalised once), shuffled with one gather per epoch and sliced as views per minibatch; the terms
-        are stacked into one tensor per step and summed on the device (read once, when logged).
+        of the TensorDict once (observations normalised once), shuffled with one gather per epoch and sliced as
+        views per minibatch; the terms are stacked into one tensor per step and summed on the device (read once,
+        when logged).
         """
         hp = self.hparams
         batch = batch.reshape(-1)
