@@ -53,6 +53,7 @@ def _batch(module, n=32):
         {
             **td.to_dict(),
             **acted.to_dict(),
+            keys.VALUE: torch.randn(n, generator=g),  # the rollout's values (PPO computes them in process_rollout)
             keys.ADVANTAGE: torch.randn(n, generator=g),
             keys.RETURN: torch.randn(n, generator=g),
         },

@@ -128,6 +128,10 @@ class PPO(RLModule):
         # Statistics are buffers: checkpointed with the weights, updated only from training rollouts.
         self.obs_normalizer = observation_normalizer(spec, norm_clip_obs) if normalize_obs else None
         self.reward_scaler = RewardScaler(gamma, norm_clip_reward) if normalize_reward else None
+        # The value V(obs) of each rollout row: where the critic shares a CNN's features with the actor it comes
+        # with the action (the features are there); otherwise ``process_rollout`` computes it for the whole rollout
+        # in one batched forward (the weights cannot change during a rollout), not one small forward per step.
+        self._value_when_acting = share_encoder and any(True for _ in self.encoder.parameters())
 
     # ----- acting -------------------------------------------------------------------------------------------
     def _obs(self, td: TensorDict) -> torch.Tensor | TensorDict:
@@ -166,7 +170,7 @@ class PPO(RLModule):
             out[keys.LOGPROB] = self._multi_log_prob(logits, flat)
             action = flat.reshape(*td.batch_size, *self.env_spec.action_shape)
         out[keys.ACTION] = action
-        if not deterministic:
+        if not deterministic and self._value_when_acting:
             out[keys.VALUE] = self.critic(critic_features).squeeze(-1)
         return TensorDict(out, batch_size=td.batch_size, device=td.device)
 
@@ -213,9 +217,12 @@ class PPO(RLModule):
 
     @torch.no_grad()
     def process_rollout(self, batch: TensorDict) -> TensorDict:
-        """Add ``next_value`` = V(final_obs), GAE ``advantage`` and ``return`` to a ``[T, B]`` rollout."""
+        """Add ``value`` = V(obs) (unless acting gave it), ``next_value`` = V(final_obs), GAE ``advantage`` and
+        ``return`` to a ``[T, B]`` rollout."""
         if batch.numel() == 0:
             raise ConfigError("PPO received an empty rollout; data.num_steps and data.num_envs must be >= 1")
+        if keys.VALUE not in batch:
+            batch[keys.VALUE] = self.critic(self._critic_features(batch)).squeeze(-1)
         final_obs = TensorDict({keys.OBS: batch[keys.FINAL_OBS]}, batch.batch_size)
         final = self.critic(self._critic_features(final_obs))
         batch[keys.NEXT_VALUE] = final.squeeze(-1)
