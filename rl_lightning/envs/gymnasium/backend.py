@@ -95,8 +95,12 @@ class GymnasiumBackend(TorchEnv):
     def env_id(self) -> str:
         return self.factory.name
 
-    def fresh(self) -> TorchEnv:
-        """A new env with this one's arguments; with an Atari preset its evaluation form (whole games, raw scores)."""
+    def fresh(self, render: bool = False) -> TorchEnv:
+        """A new env with this one's arguments; with an Atari preset its evaluation form (whole games, raw scores).
+
+        ``render`` is honoured by the backends that can draw frames (``render.RgbArrayRendering``); the others keep
+        ``renders_rgb`` False, so asking them for a video fails in one line when it is drawn.
+        """
         args, kwargs = self._init_args
         if kwargs.get("atari_preset") is not None:
             kwargs = {**kwargs, "atari_eval": True}
