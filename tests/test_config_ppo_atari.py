@@ -27,7 +27,10 @@ BACKENDS = [
 def test_ppo_atari_config_fits_evaluates_whole_games_and_checkpoints(tmp_path, backend, package):
     if importlib.util.find_spec(package) is None or importlib.util.find_spec("ale_py") is None:
         pytest.skip(f"needs {package}")
-    env = {"class_path": f"rl_lightning.envs.{backend}", "init_args": {"env_id": "Breakout", "atari_preset": "baselines"}}
+    env = {
+        "class_path": f"rl_lightning.envs.{backend}",
+        "init_args": {"env_id": "Breakout", "atari_preset": "baselines"},
+    }
     done = run_cli(tmp_path, env, base=str(ROOT / "configs" / "ppo_atari.yaml"), tiny=TINY)
     assert done.returncode == 0, done.stderr[-3000:]
     (run,) = (tmp_path / "runs" / "ppo_atari").iterdir()
