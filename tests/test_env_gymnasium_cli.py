@@ -125,3 +125,11 @@ def test_entry_point_of_an_installed_package_names_an_env(tmp_path: Path) -> Non
     done = run_cli(tmp_path, gym_env("PluginCorridor-v0"), pythonpath=(site,))
     assert done.returncode == 0, done.stderr[-3000:]
     assert max(logged(tmp_path, "rollout/episode_length")) <= 12  # the plugin registered max_episode_steps=12
+
+
+def test_checkpoint_files_are_named_by_env_steps_from_the_cli(tmp_path):
+    """The CLI hands RLCheckpoint ``filename: null``; the file is still named on the RL clock, not ``step=``."""
+    done = run_cli(tmp_path, {"class_path": "rl_lightning.envs.CartPole"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    (checkpoints,) = (tmp_path / "runs").glob("*/version_0/checkpoints")
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["env_steps=64.ckpt", "last.ckpt"]

@@ -32,7 +32,8 @@ class RLCheckpoint(ModelCheckpoint):
             if kwargs.get(name):
                 raise ConfigError(f"RLCheckpoint: {name} is not supported; use every_n_updates or every_n_env_steps")
         kwargs.setdefault("save_last", True)
-        kwargs.setdefault("filename", "{env_steps:.0f}")  # env_steps=N.ckpt: the RL clock, not optimiser steps
+        if kwargs.get("filename") is None:  # the CLI passes every ModelCheckpoint argument, ``filename: null`` too
+            kwargs["filename"] = "{env_steps:.0f}"  # env_steps=N.ckpt: the RL clock, not optimiser steps
         super().__init__(every_n_train_steps=0, every_n_epochs=0, **kwargs)
         self.every_n_updates = every_n_updates
         self.every_n_env_steps = every_n_env_steps
