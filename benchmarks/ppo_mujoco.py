@@ -6,6 +6,7 @@
     python benchmarks/ppo_mujoco.py --total-env-steps 300000     # a shorter run (the curve up to there)
     python benchmarks/ppo_mujoco.py --read /tmp/hc/ppo_halfcheetah/seed0   # tables from finished runs' event files
     python benchmarks/ppo_mujoco.py --sections throughput        # env steps/s per Gymnasium backend
+    python benchmarks/ppo_mujoco.py --sections speed,throughput --num-envs 8 --peer-python SB3_VENV/bin/python
 
 Needs ``pip install rl_lightning[mujoco]``. Each learning run is ``python -m rl_lightning.cli fit --config
 configs/ppo_halfcheetah.yaml --seed_everything S`` with the config's own callbacks (deterministic evaluation of
@@ -119,14 +120,24 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="log directory (default: a new temporary one)")
     parser.add_argument("--total-env-steps", type=int, default=None, help="override the config's 1M budget")
     parser.add_argument("--read", type=Path, nargs="+", default=None, help="only read these finished runs")
-    parser.add_argument("--sections", default="learning", help="comma list of learning,throughput")
+    parser.add_argument("--sections", default="learning", help="comma list of learning,throughput,speed")
+    parser.add_argument("--peer-python", default=None, help="python of a venv with stable-baselines3 (SB3 columns)")
+    parser.add_argument("--speed-env-steps", type=int, default=100_000, help="speed: env steps per timed run")
+    parser.add_argument("--repeats", type=int, default=2, help="speed: interleaved pairs of runs")
     parser.add_argument("--num-envs", type=int, default=None, help="throughput: envs (default: the config's)")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
+    if "speed" in sections:
+        if args.peer_python is None:
+            parser.error("--sections speed needs --peer-python (a venv with stable-baselines3 and torch==2.13.0)")
+        from _peer_speed import print_speed, run_speed
+
+        rows = run_speed(CONFIG.name, args.peer_python, "halfcheetah", args.speed_env_steps, args.repeats)
+        print_speed(rows, CONFIG.name)
     if "throughput" in sections:
         from _mujoco_throughput import print_throughput, run_throughput
 
-        print_throughput(run_throughput(CONFIG, args.num_envs))
+        print_throughput(run_throughput(CONFIG, args.num_envs, peer_python=args.peer_python))
     if "learning" not in sections:
         return
     if args.read:

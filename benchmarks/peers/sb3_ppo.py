@@ -1,0 +1,159 @@
+"""Stable-Baselines3 PPO on the workloads our PPO benchmarks measure, run in SB3's own virtual environment.
+
+Not part of the package: the benchmarks call it as a subprocess with ``--peer-python`` (a venv holding
+``torch==2.13.0``, ``stable-baselines3``, ``gymnasium[mujoco]``, ``ale-py``); it prints one JSON line.
+
+    python sb3_ppo.py train --env halfcheetah --total-env-steps 100000 [--seed 0] [--eval-episodes 0]
+    python sb3_ppo.py collect --env halfcheetah --num-envs 8 --steps 2000 --vec dummy|subproc
+    python sb3_ppo.py collect --env breakout --num-envs 8 --steps 500 --vec subproc
+
+``train`` times ``model.learn`` (training only; the optional evaluation afterwards is timed apart).
+Settings are rl-baselines3-zoo's (``hyperparams/ppo.yml``): HalfCheetah (``normalize: true`` → ``VecNormalize``
+with the agent's γ), CartPole-v1, and Atari (``AtariWrapper``, 8 envs, ``CnnPolicy``).
+``collect`` times ``PPO.collect_rollouts`` (policy forward, sampling, env step, rollout-buffer writes: SB3's own
+collection loop) into a buffer of ``steps`` ticks, after a warm-up rollout, and the raw rate of the same VecEnv
+stepped with random actions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import gymnasium as gym
+import numpy as np
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.env_util import make_atari_env, make_vec_env
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFrameStack, VecNormalize
+
+
+def zoo_settings(env: str) -> dict:
+    """rl-baselines3-zoo hyperparams/ppo.yml entries (zoo commit 22e3ff2)."""
+    if env == "halfcheetah":
+        return {
+            "n_envs": 1, "normalize": True, "policy": "MlpPolicy", "batch_size": 64, "n_steps": 512, "gamma": 0.98,
+            "learning_rate": 2.0633e-05, "ent_coef": 0.000401762, "clip_range": 0.1, "n_epochs": 20,
+            "gae_lambda": 0.92, "max_grad_norm": 0.8, "vf_coef": 0.58096,
+            "policy_kwargs": {"log_std_init": -2, "ortho_init": False, "activation_fn": torch.nn.ReLU,
+                              "net_arch": {"pi": [256, 256], "vf": [256, 256]}},
+        }  # fmt: skip
+    if env == "cartpole":
+        return {
+            "n_envs": 8, "normalize": False, "policy": "MlpPolicy", "n_steps": 32, "batch_size": 256,
+            "gae_lambda": 0.8, "gamma": 0.98, "n_epochs": 20, "ent_coef": 0.0, "learning_rate": 0.001,
+            "clip_range": 0.2,
+        }  # fmt: skip
+    if env == "breakout":
+        return {
+            "n_envs": 8, "normalize": False, "policy": "CnnPolicy", "n_steps": 128, "n_epochs": 4, "batch_size": 256,
+            "learning_rate": 2.5e-4, "clip_range": 0.1, "vf_coef": 0.5, "ent_coef": 0.01,
+        }  # fmt: skip
+    raise SystemExit(f"--env {env!r}: choose halfcheetah, cartpole or breakout")
+
+
+ENV_IDS = {"halfcheetah": "HalfCheetah-v5", "cartpole": "CartPole-v1", "breakout": "BreakoutNoFrameskip-v4"}
+
+
+def _breakout(**kwargs) -> gym.Env:
+    """The raw ALE env, made where it runs (subprocesses must import ale_py to see its ids)."""
+    import ale_py
+
+    gym.register_envs(ale_py)
+    return gym.make(ENV_IDS["breakout"], **kwargs)
+
+
+def make_env(env: str, num_envs: int, seed: int, vec: str):
+    vec_cls = SubprocVecEnv if vec == "subproc" else DummyVecEnv
+    if env == "breakout":
+        return VecFrameStack(make_atari_env(_breakout, n_envs=num_envs, seed=seed, vec_env_cls=vec_cls), 4)
+    return make_vec_env(ENV_IDS[env], n_envs=num_envs, seed=seed, vec_env_cls=vec_cls)
+
+
+def build(env: str, num_envs: int | None, seed: int, vec: str) -> tuple[PPO, object]:
+    settings = dict(zoo_settings(env))
+    n_envs = num_envs or settings.pop("n_envs")
+    settings.pop("n_envs", None)
+    normalize = settings.pop("normalize")
+    policy = settings.pop("policy")
+    venv = make_env(env, n_envs, seed, vec)
+    if normalize:
+        venv = VecNormalize(venv, gamma=settings["gamma"])
+    model = PPO(policy, venv, seed=seed, device="cpu", verbose=0, **settings)
+    return model, venv
+
+
+def evaluate(model: PPO, venv, env_id: str, episodes: int) -> float:
+    """Mean raw return of ``episodes`` deterministic episodes (``Monitor``'s), the VecNormalize statistics frozen."""
+    eval_env = make_vec_env(env_id, n_envs=1, seed=10_000)
+    if isinstance(venv, VecNormalize):
+        eval_env = VecNormalize(eval_env, training=False, norm_reward=False, gamma=venv.gamma)
+        eval_env.obs_rms = venv.obs_rms
+    returns, obs = [], eval_env.reset()
+    while len(returns) < episodes:
+        action, _ = model.predict(obs, deterministic=True)
+        obs, _, done, info = eval_env.step(action)
+        if done[0]:
+            returns.append(float(info[0]["episode"]["r"]))
+    return float(np.mean(returns))
+
+
+def train(args: argparse.Namespace) -> dict:
+    model, venv = build(args.env, None, args.seed, "dummy")
+    start = time.perf_counter()
+    model.learn(total_timesteps=args.total_env_steps)
+    seconds = time.perf_counter() - start
+    out = {"peer": "sb3", "env": args.env, "env_steps": int(model.num_timesteps), "train_seconds": seconds}
+    if args.eval_episodes:
+        start = time.perf_counter()
+        out["eval_return"] = evaluate(model, venv, ENV_IDS[args.env], args.eval_episodes)
+        out["eval_seconds"] = time.perf_counter() - start
+    return out
+
+
+def collect(args: argparse.Namespace) -> dict:
+    model, venv = build(args.env, args.num_envs, args.seed, args.vec)
+    from stable_baselines3.common.buffers import RolloutBuffer
+
+    venv = model.env  # as PPO wrapped it (VecTransposeImage for images)
+    buffer = RolloutBuffer(args.steps, venv.observation_space, venv.action_space, "cpu", n_envs=venv.num_envs)
+    _, callback = model._setup_learn(10**9, None)  # what learn() does first: reset, episode buffers, callback
+    model.collect_rollouts(venv, callback, buffer, n_rollout_steps=args.steps)  # warm-up
+    best_collect = 0.0
+    for _ in range(args.repeats):
+        buffer.reset()
+        start = time.perf_counter()
+        model.collect_rollouts(venv, callback, buffer, n_rollout_steps=args.steps)
+        best_collect = max(best_collect, args.steps * venv.num_envs / (time.perf_counter() - start))
+    best_raw = 0.0
+    for _ in range(args.repeats):
+        actions = [np.stack([venv.action_space.sample() for _ in range(venv.num_envs)]) for _ in range(args.steps)]
+        start = time.perf_counter()
+        for action in actions:
+            venv.step(action)
+        best_raw = max(best_raw, args.steps * venv.num_envs / (time.perf_counter() - start))
+    venv.close()
+    return {"peer": "sb3", "env": args.env, "vec": args.vec, "num_envs": venv.num_envs, "collect_sps": best_collect,
+            "raw_sps": best_raw}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=["train", "collect"])
+    parser.add_argument("--env", default="halfcheetah")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--total-env-steps", type=int, default=100_000)
+    parser.add_argument("--eval-episodes", type=int, default=0)
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=1000, help="collect: ticks per timed rollout")
+    parser.add_argument("--repeats", type=int, default=3, help="collect: best of this many")
+    parser.add_argument("--vec", choices=["dummy", "subproc"], default="dummy")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(json.dumps(train(args) if args.mode == "train" else collect(args)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
