@@ -356,7 +356,7 @@ PROFILE_PARTS = [
     Part("env step (BatchedEnv.step)", [BatchedEnv.step], 1),
     Part("GAE and targets (PPO.process_rollout)", [PPO.process_rollout]),
     Part("update (PPO.update)", [PPO.update]),
-    Part("forward and loss", [PPO._evaluate, ppo_loss], 1),
+    Part("forward and loss", [PPO._log_prob_entropy_value, ppo_loss], 1),
     Part("backward", [OptimizerSteps.backward], 1),
     Part("gradient clip", [torch.nn.utils.clip_grad_norm_], 1),
     Part("optimiser step", [OptimizerSteps.step], 1),

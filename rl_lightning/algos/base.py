@@ -150,13 +150,13 @@ class RLModule(pl.LightningModule):
 
     def validation_step(self, request: Any) -> None:
         """``rl-lightning validate``: play ``request.num_episodes`` deterministic episodes, log ``eval/*``."""
-        self._evaluate(request, "eval")
+        self._evaluate_request(request, "eval")
 
     def test_step(self, request: Any) -> None:
         """``rl-lightning test``: as ``validate``, logged under ``test/*``."""
-        self._evaluate(request, "test")
+        self._evaluate_request(request, "test")
 
-    def _evaluate(self, request: Any, prefix: str) -> None:
+    def _evaluate_request(self, request: Any, prefix: str) -> None:
         from rl_lightning.evaluation import run_episodes
 
         env = self.trainer.datamodule.env

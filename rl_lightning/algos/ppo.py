@@ -176,9 +176,9 @@ class PPO(RLModule):
 
     def evaluate_actions(self, td: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(logprob, entropy, value)`` of the stored actions under the current weights (with gradients)."""
-        return self._evaluate(self._obs(td), td[keys.ACTION], td.get(keys.ACTION_MASK, None))
+        return self._log_prob_entropy_value(self._obs(td), td[keys.ACTION], td.get(keys.ACTION_MASK, None))
 
-    def _evaluate(
+    def _log_prob_entropy_value(
         self, obs: torch.Tensor | TensorDict, action: torch.Tensor, mask: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``evaluate_actions`` on observations already normalised (the update normalises a rollout once)."""
@@ -324,7 +324,7 @@ class PPO(RLModule):
     ) -> torch.Tensor:
         """One optimiser step; returns the ``TERM_NAMES`` values stacked (detached)."""
         hp = self.hparams
-        logprob, entropy, value = self._evaluate(mb[keys.OBS], mb[keys.ACTION], mb.get(keys.ACTION_MASK))
+        logprob, entropy, value = self._log_prob_entropy_value(mb[keys.OBS], mb[keys.ACTION], mb.get(keys.ACTION_MASK))
         advantage = mb[keys.ADVANTAGE]
         if hp.norm_adv:
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
