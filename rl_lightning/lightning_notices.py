@@ -42,6 +42,17 @@ _NOTICES: tuple[tuple[str, type[Warning], str], ...] = (
         "torch, via Lightning's pytree helpers: Lightning 2.6 calls a pytree API that torch 2.13 deprecates; "
         "nothing in this project calls it",
     ),
+    (
+        r"\s*Only use the public API as described in https://jsonargparse",
+        DeprecationWarning,
+        "torch.compile (PPO's compile_update): inductor's code cache reads every attribute of the modules it hashes, "
+        "jsonargparse's private ones included, and jsonargparse warns about each read",
+    ),
+    (
+        r"\s*By default only one JsonargparseDeprecationWarning per type is shown",
+        DeprecationWarning,
+        "jsonargparse's footnote to the first of those reads (it says how to see or hide the others)",
+    ),
 )
 
 #: Prefix of Lightning's advertisements (cloud logging / model registry), logged as INFO on every fit.
