@@ -49,11 +49,11 @@ def test_model_raising_mid_update_saves_the_weights_before_it(tmp_path):
         step = module._minibatch_step
         calls = []
 
-        def flaky(batch, optimizer):  # tiny_ppo: 2 epochs × 2 minibatches = 4 optimiser steps per update
+        def flaky(*args):  # tiny_ppo: 2 epochs × 2 minibatches = 4 optimiser steps per update
             calls.append(1)
             if len(calls) == 3 * 4 + 3:  # two optimiser steps of update 4 already changed the weights
                 raise ValueError("loss exploded")
-            return step(batch, optimizer)
+            return step(*args)
 
         module._minibatch_step = flaky
 
