@@ -49,6 +49,11 @@ _NOTICES: tuple[tuple[str, type[Warning], str], ...] = (
         "jsonargparse's private ones included, and jsonargparse warns about each read",
     ),
     (
+        r"`torch.jit.script_method` is deprecated",
+        DeprecationWarning,
+        "torch.compile (PPO's compile_update): a module torch imports while compiling still decorates with it",
+    ),
+    (
         r"\s*By default only one JsonargparseDeprecationWarning per type is shown",
         DeprecationWarning,
         "jsonargparse's footnote to the first of those reads (it says how to see or hide the others)",
