@@ -102,9 +102,10 @@ def require_fusable(module: Any, env: TorchEnv, check_env: bool = False, field: 
     if env.spec.obs_keys:
         raise ConfigError(f"{field}=true supports single-array observations; {name} has Dict observations")
     if not getattr(module, "acts_from_noise", False):
+        kind = getattr(module, "env_spec", env.spec).action_kind
         raise ConfigError(
             f"{field}=true needs an algorithm that acts from pre-drawn noise (PPO with Discrete or Box actions); "
-            f"{type(module).__name__} on {env.spec.action_kind} actions has none: set {field}=false"
+            f"{type(module).__name__} on {kind} actions has none: set {field}=false"
         )
     if check_env:
         raise ConfigError(
