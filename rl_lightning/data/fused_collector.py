@@ -10,13 +10,16 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.data.collector_base import CollectorBase
-from rl_lightning.data.fused_step import LENGTH_SUM, RETURN_SUM, Carry, fused_step, require_fusable, tick_outputs
+from rl_lightning.data.fused_step import (
+    LENGTH_SUM,
+    RETURN_SUM,
+    Carry,
+    compile_step,
+    fused_step,
+    require_fusable,
+    tick_outputs,
+)
 from rl_lightning.envs.base import BatchedEnv
-
-#: Inductor settings for the CPU step (figures in benchmarks/README.md). The exp-based tanh runs about 3x faster
-#: than the Sleef tanh inductor emits by default (results differ by ~1e-7), and the C++ wrapper removes most of
-#: the per-call Python cost that dominates with few envs.
-_CPU_OPTIONS = {"cpp.use_decompose_tanh": True, "cpp_wrapper": True}
 
 
 class FusedCollector(CollectorBase):
@@ -63,15 +66,11 @@ class FusedCollector(CollectorBase):
             def step(carry: Carry, store: dict[str, torch.Tensor], act: torch.Tensor, noise: torch.Tensor) -> None:
                 fused_step(module, env, carry, store, act, noise)
 
-            self._step = self._compiled(step) if self.compile else step
+            self._step = compile_step(step, self.env.device) if self.compile else step
             self._step_module = module
             self._row_specs = None
             self.compile_seconds = 0.0
         return self._step
-
-    def _compiled(self, step: Any) -> Any:
-        options = _CPU_OPTIONS if self.env.device.type == "cpu" else None
-        return torch.compile(step, fullgraph=True, dynamic=False, options=options)
 
     @torch.no_grad()
     def rollout(self, module: Any, num_steps: int, policy_version: int) -> TensorDict:
