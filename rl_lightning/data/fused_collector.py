@@ -31,11 +31,14 @@ class FusedCollector(CollectorBase):
     acts from pre-drawn noise and an env that steps from it (``require_fusable``).
 
     Randomness: each rollout draws its noise in one block per generator, ``[T, B, ...]`` from ``generator``
-    (sampling) and from the env's generator (auto-resets), before the first tick. On CPU a block draw is the same
-    stream as ``T`` consecutive per-step draws, so with ``compile=False`` this collector reproduces ``Collector``
-    bit for bit for the same seeds (tested); on CUDA (Philox counters) a block is a different stream, equally
-    deterministic. With ``compile=True`` the results agree with the eager fused step to float tolerance (inductor
-    fuses and reorders float ops; a sampled action can differ where two perturbed logits tie within it).
+    (sampling) and from the env's generator (auto-resets), before the first tick; the same seeds give the same
+    rollouts. Against the per-step ``Collector``: on CPU a block of uniform (or integer) draws is the same stream as
+    ``T`` per-step draws, so with ``compile=False`` this collector reproduces ``Collector`` bit for bit for Discrete
+    actions on CartPole and Catch (tested); torch's CPU normal sampler fills a block differently from row-by-row
+    draws, so Box actions (Pendulum) follow a different stream (on CUDA, with Philox counters, expect no block to
+    match per-step draws; not tested here). With
+    ``compile=True`` the results agree with the eager fused step to float tolerance (inductor fuses and reorders
+    float ops; a sampled action could differ where two perturbed logits tie within that tolerance).
 
     The first compiled call compiles (``compile_seconds`` records it; inductor's on-disk graph cache makes later
     processes faster). A run must keep its shapes, grad mode and the module's train/eval mode to avoid recompiles.
