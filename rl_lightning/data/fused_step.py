@@ -30,6 +30,7 @@ from rl_lightning.envs.noise_step import NoiseSteppedEnv
 from rl_lightning.errors import ConfigError
 
 Carry = dict[str, Any]
+Tensors = dict[str, torch.Tensor]
 #: Store keys holding the open-episode sums after each step (read into episode statistics, then dropped).
 RETURN_SUM = "_episode_return"
 LENGTH_SUM = "_episode_length"
@@ -40,7 +41,9 @@ CPU_OPTIONS = {"cpp.use_decompose_tanh": True, "cpp_wrapper": True}
 _STEP_KEYS = (keys.REWARD, keys.TERMINATED, keys.TRUNCATED, keys.FINAL_OBS)
 
 
-def tick_outputs(module: Any, env: NoiseSteppedEnv, carry: Carry, act_noise: torch.Tensor, env_noise: torch.Tensor):
+def tick_outputs(
+    module: Any, env: NoiseSteppedEnv, carry: Carry, act_noise: torch.Tensor, env_noise: torch.Tensor
+) -> tuple[Tensors, Tensors, Tensors, torch.Tensor, torch.Tensor]:
     """One tick as a pure function: ``(row, next_view, next_state, next_return, next_length)``.
 
     ``row`` is what the store keeps for this tick: the view the policy saw, its outputs, the env's step outputs and
@@ -65,7 +68,7 @@ def fused_step(
     module: Any,
     env: NoiseSteppedEnv,
     carry: Carry,
-    store: dict[str, torch.Tensor],
+    store: Tensors,
     act_noise: torch.Tensor,
     env_noise: torch.Tensor,
 ) -> None:
@@ -110,7 +113,9 @@ def require_fusable(module: Any, env: TorchEnv, check_env: bool = False, field: 
             f"put the change in step_from_noise or set {field}=false"
         )
     if env.spec.obs_keys:
-        raise ConfigError(f"{field}=true supports single-array observations; {name} has Dict observations")
+        raise ConfigError(
+            f"{field}=true supports single-array observations; {name} has Dict observations: set {field}=false"
+        )
     if not getattr(module, "acts_from_noise", False):
         kind = getattr(module, "env_spec", env.spec).action_kind
         raise ConfigError(
