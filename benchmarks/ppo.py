@@ -44,6 +44,7 @@ from rl_lightning.algos import PPO
 from rl_lightning.algos.optimizer_steps import OptimizerSteps
 from rl_lightning.callbacks import Evaluation
 from rl_lightning.data.collector import Collector
+from rl_lightning.data.fused_collector import FusedCollector
 from rl_lightning.envs import CartPole
 from rl_lightning.envs.base import BatchedEnv
 from rl_lightning.networks.normalizers import DictObservationNormalizer, ObservationNormalizer
@@ -151,8 +152,11 @@ def print_repro(task: Task, seed: int, same: bool, first: list[float], second: l
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Throughput: raw BatchedEnv.step vs Collector.rollout with the PPO module's act
+# Throughput: raw BatchedEnv.step vs Collector.rollout with the PPO module's act vs the fused step, eager and compiled
 # ----------------------------------------------------------------------------------------------------------------
+THROUGHPUT_SIZES = (1, 64, 1024, 4096)
+
+
 def _steps_for(num_envs: int, quick: bool) -> int:
     budget = 60_000 if quick else 200_000  # transitions per measurement
     return max(64, min(4_000, budget // num_envs))
@@ -187,40 +191,80 @@ def collector_rate(module: PPO, num_envs: int, steps: int, num_steps: int = 128)
     return done * num_envs / seconds
 
 
+def fused_collector(module: PPO, num_envs: int, compile: bool, num_steps: int) -> tuple[FusedCollector, float]:
+    """A fused collector after one warm-up rollout of the measured length; returns it and the warm-up's seconds
+    (for ``compile=True``: the compile, cold or from inductor's on-disk cache)."""
+    collector = FusedCollector(BatchedEnv(CartPole(), num_envs, "cpu", seed=0), seed=3, compile=compile)
+    start = time.perf_counter()
+    collector.rollout(module, num_steps, 0)
+    return collector, time.perf_counter() - start
+
+
+def fused_rate(collector: FusedCollector, module: PPO, steps: int, num_steps: int) -> float:
+    """``FusedCollector.rollout`` env steps/s over ``steps`` ticks in rollouts of ``num_steps``."""
+    done = 0
+    start = time.perf_counter()
+    while done < steps:
+        collector.rollout(module, num_steps, 0)
+        done += num_steps
+    return done * collector.num_envs / (time.perf_counter() - start)
+
+
 def run_throughput(quick: bool) -> list[dict[str, float]]:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     module = PPO(env_spec=CartPole().spec)  # default (64, 64) tanh actor/critic, like configs/ppo.yaml
     rows = []
     repeats = 2 if quick else 3
-    for num_envs in (1, 64, 4096):
+    for num_envs in THROUGHPUT_SIZES:
         steps = _steps_for(num_envs, quick)
-        raw, act, coll = [], [], []
+        chunk = min(128, steps)
+        eager, _ = fused_collector(module, num_envs, False, chunk)
+        compiled, compile_seconds = fused_collector(module, num_envs, True, chunk)
+        raw, act, coll, fused, fast = [], [], [], [], []
         for _ in range(repeats):  # interleaved, best of `repeats`: the machine may be shared, noise only slows
             raw.append(raw_env_rate(num_envs, steps))
             act.append(act_rate(module, num_envs, steps))
             coll.append(collector_rate(module, num_envs, steps))
-        rows.append({"num_envs": num_envs, "raw": max(raw), "act": max(act), "collector": max(coll)})
+            fused.append(fused_rate(eager, module, steps, chunk))
+            fast.append(fused_rate(compiled, module, steps, chunk))
+        rows.append(
+            {
+                "num_envs": num_envs,
+                "raw": max(raw),
+                "act": max(act),
+                "collector": max(coll),
+                "fused": max(fused),
+                "compiled": max(fast),
+                "compile_s": compile_seconds,
+            }
+        )
     return rows
 
 
 def print_throughput(rows: list[dict[str, float]]) -> None:
-    print("\n== Throughput on CartPole (env steps/s, 1 thread): raw BatchedEnv.step vs Collector.rollout(PPO.act) ==")
+    print(
+        "\n== Throughput on CartPole (env steps/s, 1 thread): raw BatchedEnv.step, Collector.rollout(PPO.act), "
+        "FusedCollector eager and compiled =="
+    )
     header = (
-        f"{'num_envs':>8} {'raw env':>12} {'act only':>12} {'collector':>12} {'coll/raw':>9} "
-        f"{'us/step raw':>12} {'us/step coll':>13}"
+        f"{'num_envs':>8} {'raw env':>12} {'act only':>12} {'collector':>12} {'fused eager':>12} "
+        f"{'fused comp.':>12} {'comp/coll':>9} {'comp/fused':>10} {'compile s':>9} {'us/step coll':>12} "
+        f"{'us/step comp':>12}"
     )
     print(header)
     print("-" * len(header))
     for r in rows:
         n = r["num_envs"]
         print(
-            f"{n:>8} {r['raw']:>12,.0f} {r['act']:>12,.0f} {r['collector']:>12,.0f} {r['collector'] / r['raw']:>9.3f} "
-            f"{1e6 * n / r['raw']:>12.1f} {1e6 * n / r['collector']:>13.1f}"
+            f"{n:>8} {r['raw']:>12,.0f} {r['act']:>12,.0f} {r['collector']:>12,.0f} {r['fused']:>12,.0f} "
+            f"{r['compiled']:>12,.0f} {r['compiled'] / r['collector']:>9.2f} {r['compiled'] / r['fused']:>10.2f} "
+            f"{r['compile_s']:>9.1f} {1e6 * n / r['collector']:>12.1f} {1e6 * n / r['compiled']:>12.1f}"
         )
     print(
-        "  (best of interleaved repeats; us/step = wall time of one batched step of all envs; "
-        "'act only' = PPO.act on a fixed batch, no env)"
+        "  (best of interleaved repeats; us/step = wall time of one batched step of all envs; 'act only' = PPO.act on "
+        "a fixed batch, no env; compile s = the compiled collector's first rollout, compile included: cold, or "
+        "from inductor's on-disk cache when an earlier process compiled the same graph)"
     )
 
 

@@ -21,9 +21,9 @@ ROW_KEYS = (keys.OBS, keys.REWARD, keys.IS_FIRST, keys.TERMINATED, keys.TRUNCATE
 class _FixedResetCartPole(CartPole):
     """CartPole whose every episode starts from the same state, so single envs and a batch reset identically."""
 
-    def _initial_physics(self, num: int, generator: torch.Generator) -> torch.Tensor:
-        start = torch.tensor([0.01, -0.02, 0.03, -0.04], dtype=self.dtype, device=generator.device)
-        return start.expand(num, 4).clone()
+    def _start(self, noise: torch.Tensor) -> torch.Tensor:
+        start = torch.tensor([0.01, -0.02, 0.03, -0.04], dtype=self.dtype, device=noise.device)
+        return start.expand(noise.shape).clone()
 
 
 class _SpyCartPole(CartPole):

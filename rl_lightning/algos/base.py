@@ -58,6 +58,21 @@ class RLModule(pl.LightningModule):
     def act(self, td: TensorDict, generator: torch.Generator | None = None, deterministic: bool = False) -> TensorDict:
         """The acting policy: ``obs`` (+ ``action_mask``) in; ``action`` (+ algorithm extras) out."""
 
+    @property
+    def acts_from_noise(self) -> bool:
+        """Whether ``act_noise``/``act_from_noise`` exist for this module and env (the fused step needs them)."""
+        return False
+
+    def act_noise(
+        self, generator: torch.Generator | None, lead: tuple[int, ...], device: torch.device | None = None
+    ) -> torch.Tensor:
+        """The random draws ``act_from_noise`` consumes for a batch of shape ``lead`` (``(B,)``, or ``(T, B)``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not act from pre-drawn noise")
+
+    def act_from_noise(self, td: TensorDict, noise: torch.Tensor) -> TensorDict:
+        """The training ``act`` as a pure function of ``td`` and one step's ``act_noise`` (no generator inside)."""
+        raise NotImplementedError(f"{type(self).__name__} does not act from pre-drawn noise")
+
     @torch.no_grad()
     def forward(
         self,

@@ -26,6 +26,7 @@ REWARD_RETURNS_KEY = "reward_scaler_returns"
 TERM_NAMES = ("loss", "loss_policy", "loss_value", "loss_entropy", "approx_kl", "clip_fraction", "entropy", "grad_norm")
 _KL_INDEX = TERM_NAMES.index("approx_kl")
 _UPDATE_KEYS = (keys.OBS, keys.ACTION, keys.LOGPROB, keys.VALUE, keys.ADVANTAGE, keys.RETURN)
+_NOISE_KINDS = ("discrete", "box")  # action kinds whose sampling ``act_from_noise`` implements
 
 
 class PPO(RLModule):
@@ -126,6 +127,7 @@ class PPO(RLModule):
         out_dim = {"discrete": spec.num_actions, "multi_discrete": sum(spec.action_nvec)}.get(
             kind, flat_size(spec.action_shape)
         )
+        self.action_width = out_dim
         self.actor = mlp(obs_dim, out_dim, hidden_sizes, activation, output_gain=0.01, orthogonal=ortho_init)
         self.critic = mlp(obs_dim, 1, hidden_sizes, activation, output_gain=1.0, orthogonal=ortho_init)
         if kind == "box":
@@ -155,8 +157,47 @@ class PPO(RLModule):
     def _logits(self, td: TensorDict, features: torch.Tensor) -> torch.Tensor:
         return D.masked_logits(self.actor(features), td.get(keys.ACTION_MASK, None))
 
+    @property
+    def acts_from_noise(self) -> bool:
+        """Discrete and Box actions: sampling is one noise draw per action logit or dimension."""
+        return self.env_spec.action_kind in _NOISE_KINDS
+
+    def act_noise(
+        self, generator: torch.Generator | None, lead: tuple[int, ...], device: torch.device | None = None
+    ) -> torch.Tensor:
+        """``[*lead, width]`` draws from ``generator``: ``U[0, 1)`` per logit (Gumbel-max) for Discrete actions,
+        ``N(0, 1)`` per dimension for Box actions; exactly what ``act`` draws for a batch of shape ``lead``."""
+        if device is None:  # a TensorDict without a device, or no generator (the global one draws)
+            device = generator.device if generator is not None else self.device
+        dtype = self.actor[-1].weight.dtype
+        shape = (*lead, self.action_width)
+        if self.env_spec.action_kind == "discrete":
+            return torch.rand(shape, generator=generator, device=device, dtype=dtype)
+        return torch.randn(shape, generator=generator, device=device, dtype=dtype)
+
+    @torch.no_grad()
+    def act_from_noise(self, td: TensorDict, noise: torch.Tensor) -> TensorDict:
+        """The training ``act`` (``action``, ``logprob``, and ``value`` where it comes with the action) with its
+        sampling noise given: pure, compilable."""
+        features, critic_features = self._features(td)
+        if self.env_spec.action_kind == "discrete":
+            logits = self._logits(td, features)
+            action = D.categorical_from_uniform(logits, noise)
+            logprob = D.categorical_log_prob(logits, action)
+        else:
+            mean = self.actor(features)
+            log_std = self.log_std.expand_as(mean)
+            action = D.normal_from_noise(mean, log_std, noise)
+            logprob = D.normal_log_prob(mean, log_std, action)
+        out = {keys.ACTION: action, keys.LOGPROB: logprob}
+        if self._value_when_acting:  # else ``process_rollout`` computes the values, one batched forward
+            out[keys.VALUE] = self.critic(critic_features).squeeze(-1)
+        return TensorDict(out, batch_size=td.batch_size, device=td.device)
+
     @torch.no_grad()
     def act(self, td: TensorDict, generator: torch.Generator | None = None, deterministic: bool = False) -> TensorDict:
+        if not deterministic and self.acts_from_noise:
+            return self.act_from_noise(td, self.act_noise(generator, tuple(td.batch_size), td.device))
         features, critic_features = self._features(td)
         out: dict[str, torch.Tensor] = {}
         kind = self.env_spec.action_kind

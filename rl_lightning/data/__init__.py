@@ -2,6 +2,7 @@
 
 from rl_lightning.data.collector import Collector
 from rl_lightning.data.dreamer_datamodule import DreamerDataModule, DreamerUpdate
+from rl_lightning.data.fused_collector import FusedCollector
 from rl_lightning.data.on_policy import OnPolicyDataModule, Rollout
 from rl_lightning.data.ratio import Ratio
 from rl_lightning.data.replay import ReplayRing, check_sequence_replay
@@ -11,6 +12,7 @@ __all__ = [
     "Collector",
     "DreamerDataModule",
     "DreamerUpdate",
+    "FusedCollector",
     "OnPolicyDataModule",
     "Ratio",
     "ReplayDataModule",

@@ -13,6 +13,8 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning.data.collector import Collector
+from rl_lightning.data.fused_collector import FusedCollector
+from rl_lightning.data.fused_step import require_fusable
 from rl_lightning.envs.base import BatchedEnv, EnvSpec, TorchEnv
 from rl_lightning.errors import ConfigError
 
@@ -51,6 +53,11 @@ class OnPolicyDataModule(pl.LightningDataModule):
         eval_seed: seed of those episodes' env.
         check_finite: fail with the env's name and index when it returns a NaN/inf observation or reward (one host
             sync per rollout, no per-step cost).
+        compile: collect with the fused rollout step (policy, sampling, env step, auto-reset, storage write in one
+            function) under ``torch.compile`` (``FusedCollector``). Needs a torch-native env that steps from noise
+            (CartPole, Pendulum, Catch) and PPO with Discrete or Box actions; anything else is refused at setup. The
+            first rollout compiles (seconds; inductor's disk cache shortens it in later processes). On CPU it pays
+            most with few envs, where per-op overhead dominates (benchmarks/README.md has the figures).
     """
 
     def __init__(
@@ -65,6 +72,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         eval_episodes: int = 10,
         eval_seed: int = 12_345,
         check_finite: bool = True,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         _require_positive("data.num_envs", num_envs, "set it to the number of parallel envs per rank, e.g. 8")
@@ -78,6 +86,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self.device = device
         self.check_env = check_env
         self.check_finite = check_finite
+        self.compile = compile
         self.eval_episodes = eval_episodes
         self.eval_seed = eval_seed
         self.world_size = 1
@@ -122,11 +131,15 @@ class OnPolicyDataModule(pl.LightningDataModule):
 
     def _make_collector(self, env: BatchedEnv, seed: int) -> Any:
         """The collector stepping ``env`` (sequence-replay modules emit a different row layout)."""
+        if self.compile:
+            return FusedCollector(env, seed=seed, compile=True)
         return Collector(env, seed=seed)
 
     def check_fit_config(self, module: Any) -> None:
         """Config arithmetic that would make a run fail or never optimise; raises one-line ``ValueError``s."""
         module.check_config(self)
+        if self.compile:
+            require_fusable(module, self.env, self.check_env)
         per_update = self.rollout_size * self.world_size
         if self.total_env_steps < per_update:
             raise ConfigError(
@@ -157,7 +170,9 @@ class OnPolicyDataModule(pl.LightningDataModule):
         if self.collector is None:
             raise RuntimeError("OnPolicyDataModule.collect called before setup()")
         module = self.trainer.lightning_module
-        policy = module.acting_policy(self.collector.env, deterministic=False, training=True)
+        # The fused collector takes the module itself (it acts through ``act_from_noise``), the eager one its policy.
+        env = self.collector.env
+        policy = module if self.compile else module.acting_policy(env, deterministic=False, training=True)
         batch = self.collector.rollout(policy, self.num_steps, module.policy_version)
         self.local_env_steps += self.rollout_size
         batch = module.process_rollout(batch)

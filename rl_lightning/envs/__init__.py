@@ -6,6 +6,7 @@ from rl_lightning.envs.base import BatchedEnv, EnvSpec, ObsLeaf, TorchEnv
 from rl_lightning.envs.cartpole import CartPole
 from rl_lightning.envs.catch import Catch
 from rl_lightning.envs.gymnasium import AleVectorEnv, ClassSpec, EnvPoolEnv, GymnasiumEnv, GymnasiumVectorEnv
+from rl_lightning.envs.noise_step import NoiseSteppedEnv
 from rl_lightning.envs.pendulum import Pendulum
 from rl_lightning.envs.tictactoe import TicTacToe
 
@@ -20,6 +21,7 @@ __all__ = [
     "ObsLeaf",
     "GymnasiumEnv",
     "GymnasiumVectorEnv",
+    "NoiseSteppedEnv",
     "Pendulum",
     "TicTacToe",
     "TorchEnv",

@@ -127,6 +127,8 @@ class TorchEnv(ABC):
           new episode's first observation, ``final_obs`` the true last one (equal to ``obs`` on other rows).
           With ``inplace=False`` the input ``state`` stays valid (search steps clones of it).
         * ``release(state)`` frees external resources a state refers to (no-op for pure torch envs).
+        * An env whose per-step randomness can be drawn ahead of time subclasses ``NoiseSteppedEnv``
+          (``envs/noise_step.py``): the fused, compilable rollout step (``data.compile``) needs that.
     """
 
     spec: EnvSpec

@@ -9,11 +9,12 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.envs import render
-from rl_lightning.envs.base import EnvSpec, TorchEnv, physics_dtype
+from rl_lightning.envs.base import EnvSpec, physics_dtype
+from rl_lightning.envs.noise_step import NoiseSteppedEnv
 from rl_lightning.errors import ConfigError
 
 
-class CartPole(TorchEnv):
+class CartPole(NoiseSteppedEnv):
     """Gymnasium ``CartPole-v1`` as a functional batched env (same-step auto-reset).
 
     Euler integration of the Barto–Sutton–Anderson cart-pole; reward 1.0 on every step including the
@@ -52,13 +53,17 @@ class CartPole(TorchEnv):
             name="CartPole", obs_shape=(4,), discrete=True, num_actions=2, max_episode_steps=max_episode_steps
         )
 
-    def _initial_physics(self, num: int, generator: torch.Generator) -> torch.Tensor:
-        noise = torch.rand(num, 4, generator=generator, device=generator.device, dtype=self.dtype)
+    def step_noise(self, generator: torch.Generator, lead: tuple[int, ...]) -> torch.Tensor:
+        """``U[0, 1)`` draws ``[*lead, 4]`` in the physics dtype: a reset's start state, scaled by ``_start``."""
+        return torch.rand(*lead, 4, generator=generator, device=generator.device, dtype=self.dtype)
+
+    def _start(self, noise: torch.Tensor) -> torch.Tensor:
+        """A new episode's physics state from its ``step_noise`` draw."""
         return noise * 0.1 - 0.05
 
     def reset_state(self, num: int, generator: torch.Generator) -> TensorDict:
         """Start ``num`` episodes with every state variable drawn from U(-0.05, 0.05)."""
-        physics = self._initial_physics(num, generator)
+        physics = self._start(self.step_noise(generator, (num,)))
         elapsed = torch.zeros(num, dtype=torch.int64, device=generator.device)
         return TensorDict({"physics": physics, "elapsed": elapsed}, batch_size=[num], device=generator.device)
 
@@ -113,8 +118,8 @@ class CartPole(TorchEnv):
             dim=-1,
         )
 
-    def step_state(
-        self, state: TensorDict, action: torch.Tensor, generator: torch.Generator, inplace: bool = False
+    def step_from_noise(
+        self, state: TensorDict, action: torch.Tensor, noise: torch.Tensor
     ) -> tuple[TensorDict, TensorDict]:
         """Push the cart left (0) or right (1); see ``TorchEnv.step_state`` for the outputs."""
         physics = self._dynamics(state["physics"], action)
@@ -123,8 +128,7 @@ class CartPole(TorchEnv):
         elapsed = state["elapsed"] + 1
         truncated = elapsed >= self.max_episode_steps if self.max_episode_steps > 0 else torch.zeros_like(terminated)
         done = terminated | truncated
-        fresh = self._initial_physics(physics.shape[0], generator)
-        next_physics = torch.where(done.unsqueeze(-1), fresh, physics)
+        next_physics = torch.where(done.unsqueeze(-1), self._start(noise), physics)
         next_elapsed = torch.where(done, torch.zeros_like(elapsed), elapsed)
         out = TensorDict(
             {
@@ -138,7 +142,4 @@ class CartPole(TorchEnv):
             batch_size=state.batch_size,
         )
         values = {"physics": next_physics, "elapsed": next_elapsed}
-        if inplace:
-            state.update(values)
-            return state, out
         return TensorDict(values, batch_size=state.batch_size, device=state.device), out

@@ -6,7 +6,8 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning import keys
-from rl_lightning.envs.base import EnvSpec, TorchEnv
+from rl_lightning.envs.base import EnvSpec
+from rl_lightning.envs.noise_step import NoiseSteppedEnv
 from rl_lightning.errors import ConfigError
 
 LEFT, STAY, RIGHT = 0, 1, 2
@@ -19,7 +20,7 @@ def _valid_sizes(rows: int, columns: int) -> list[int]:
     return [s for s in sizes if s % rows == 0 and s % columns == 0]
 
 
-class Catch(TorchEnv):
+class Catch(NoiseSteppedEnv):
     """Catch a falling ball with a paddle, rendered as a square uint8 image (same-step auto-reset).
 
     A ball starts in the top row at a uniformly random column and falls one row per step; the paddle
@@ -70,15 +71,17 @@ class Catch(TorchEnv):
             obs_dtype=torch.uint8,
         )
 
-    def _fresh(self, num: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
-        device = generator.device
-        ball_col = torch.randint(0, self.columns, (num,), generator=generator, device=device)
-        zeros = torch.zeros(num, dtype=torch.int64, device=device)
+    def step_noise(self, generator: torch.Generator, lead: tuple[int, ...]) -> torch.Tensor:
+        """The ball's start column of a new episode, int64 ``[*lead]`` uniform over the columns."""
+        return torch.randint(0, self.columns, lead, generator=generator, device=generator.device)
+
+    def _fresh(self, ball_col: torch.Tensor) -> dict[str, torch.Tensor]:
+        zeros = torch.zeros_like(ball_col)
         return {"ball_row": zeros, "ball_col": ball_col, "paddle_col": zeros + self.columns // 2, "elapsed": zeros}
 
     def reset_state(self, num: int, generator: torch.Generator) -> TensorDict:
         """Start ``num`` episodes: ball at a random column of the top row, paddle centred."""
-        return TensorDict(self._fresh(num, generator), batch_size=[num], device=generator.device)
+        return TensorDict(self._fresh(self.step_noise(generator, (num,))), batch_size=[num], device=generator.device)
 
     def render(self, ball_row: torch.Tensor, ball_col: torch.Tensor, paddle_col: torch.Tensor) -> torch.Tensor:
         """Draw uint8 ``[B, 1, size, size]`` frames from int64 ``[B]`` positions (batched, no host sync)."""
@@ -107,8 +110,8 @@ class Catch(TorchEnv):
         obs = self.render(state["ball_row"], state["ball_col"], state["paddle_col"])
         return TensorDict({keys.OBS: obs}, batch_size=state.batch_size)
 
-    def step_state(
-        self, state: TensorDict, action: torch.Tensor, generator: torch.Generator, inplace: bool = False
+    def step_from_noise(
+        self, state: TensorDict, action: torch.Tensor, noise: torch.Tensor
     ) -> tuple[TensorDict, TensorDict]:
         """Move the paddle, drop the ball one row; see ``TorchEnv.step_state`` for the outputs."""
         shift = action.long().clamp(LEFT, RIGHT) - STAY
@@ -122,7 +125,7 @@ class Catch(TorchEnv):
         caught = paddle_col == ball_col
         reward = torch.where(caught, 1.0, -1.0) * terminated
         after = {"ball_row": ball_row, "ball_col": ball_col, "paddle_col": paddle_col, "elapsed": elapsed}
-        fresh = self._fresh(done.shape[0], generator)
+        fresh = self._fresh(noise)
         values = {name: torch.where(done, fresh[name], value) for name, value in after.items()}
         out = TensorDict(
             {
@@ -135,7 +138,4 @@ class Catch(TorchEnv):
             },
             batch_size=state.batch_size,
         )
-        if inplace:
-            state.update(values)
-            return state, out
         return TensorDict(values, batch_size=state.batch_size, device=state.device), out

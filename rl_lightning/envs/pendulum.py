@@ -9,7 +9,8 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.envs import render
-from rl_lightning.envs.base import EnvSpec, TorchEnv, physics_dtype
+from rl_lightning.envs.base import EnvSpec, physics_dtype
+from rl_lightning.envs.noise_step import NoiseSteppedEnv
 from rl_lightning.errors import ConfigError
 
 
@@ -18,7 +19,7 @@ def angle_normalize(x: torch.Tensor) -> torch.Tensor:
     return torch.remainder(x + math.pi, 2 * math.pi) - math.pi
 
 
-class Pendulum(TorchEnv):
+class Pendulum(NoiseSteppedEnv):
     """Gymnasium ``Pendulum-v1`` (swing-up) as a functional batched env (same-step auto-reset).
 
     The torque is clipped to ``[-max_torque, max_torque]`` here, so a policy may emit any real number.
@@ -58,9 +59,13 @@ class Pendulum(TorchEnv):
             max_episode_steps=max_episode_steps,
         )
 
-    def _initial_physics(self, num: int, generator: torch.Generator) -> torch.Tensor:
-        noise = 2 * torch.rand(num, 2, generator=generator, device=generator.device, dtype=self.dtype) - 1
-        th, thdot = noise.unbind(-1)
+    def step_noise(self, generator: torch.Generator, lead: tuple[int, ...]) -> torch.Tensor:
+        """``U[0, 1)`` draws ``[*lead, 2]`` in the physics dtype: a reset's start state, scaled by ``_start``."""
+        return torch.rand(*lead, 2, generator=generator, device=generator.device, dtype=self.dtype)
+
+    def _start(self, noise: torch.Tensor) -> torch.Tensor:
+        """A new episode's physics state from its ``step_noise`` draw."""
+        th, thdot = (2 * noise - 1).unbind(-1)
         return torch.stack((th * math.pi, thdot), dim=-1)  # no per-step host-to-device copy of the bounds
 
     @staticmethod
@@ -70,7 +75,7 @@ class Pendulum(TorchEnv):
 
     def reset_state(self, num: int, generator: torch.Generator) -> TensorDict:
         """Start ``num`` episodes with ``th ~ U(-pi, pi)`` and ``thdot ~ U(-1, 1)``."""
-        physics = self._initial_physics(num, generator)
+        physics = self._start(self.step_noise(generator, (num,)))
         elapsed = torch.zeros(num, dtype=torch.int64, device=generator.device)
         return TensorDict({"physics": physics, "elapsed": elapsed}, batch_size=[num], device=generator.device)
 
@@ -96,8 +101,8 @@ class Pendulum(TorchEnv):
         axle = render.disc(x, y, size / 2, size / 2, 0.05 * scale).expand_as(image[..., 0])
         return render.paint(image, axle, render.BLACK)
 
-    def step_state(
-        self, state: TensorDict, action: torch.Tensor, generator: torch.Generator, inplace: bool = False
+    def step_from_noise(
+        self, state: TensorDict, action: torch.Tensor, noise: torch.Tensor
     ) -> tuple[TensorDict, TensorDict]:
         """Apply torque ``action[:, 0]`` (clipped); see ``TorchEnv.step_state`` for the outputs."""
         physics = state["physics"]
@@ -117,8 +122,7 @@ class Pendulum(TorchEnv):
             if self.max_episode_steps > 0
             else torch.zeros_like(elapsed, dtype=torch.bool)
         )
-        fresh = self._initial_physics(physics.shape[0], generator)
-        next_physics = torch.where(truncated.unsqueeze(-1), fresh, new_physics)
+        next_physics = torch.where(truncated.unsqueeze(-1), self._start(noise), new_physics)
         next_elapsed = torch.where(truncated, torch.zeros_like(elapsed), elapsed)
         out = TensorDict(
             {
@@ -132,7 +136,4 @@ class Pendulum(TorchEnv):
             batch_size=state.batch_size,
         )
         values = {"physics": next_physics, "elapsed": next_elapsed}
-        if inplace:
-            state.update(values)
-            return state, out
         return TensorDict(values, batch_size=state.batch_size, device=state.device), out

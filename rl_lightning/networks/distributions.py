@@ -23,6 +23,11 @@ def masked_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tens
 def categorical_sample(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """Gumbel-max sample over the last dim; masked logits (dtype min) are never chosen."""
     uniform = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
+    return categorical_from_uniform(logits, uniform)
+
+
+def categorical_from_uniform(logits: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """``categorical_sample`` given its ``U[0, 1)`` draws (same shape as ``logits``): pure, so it compiles."""
     gumbel = -torch.log(-torch.log(uniform.clamp_min(torch.finfo(logits.dtype).tiny)))
     return (logits + gumbel).argmax(-1)
 
@@ -38,6 +43,11 @@ def categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
 
 def normal_sample(mean: torch.Tensor, log_std: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+    return normal_from_noise(mean, log_std, noise)
+
+
+def normal_from_noise(mean: torch.Tensor, log_std: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """``normal_sample`` given its standard-normal draws (same shape as ``mean``): pure, so it compiles."""
     return mean + log_std.exp() * noise
 
 
