@@ -19,6 +19,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -250,7 +251,10 @@ def fit_rss(fit_steps: int) -> int:
     """Peak RSS of a ``ppo_atari.yaml`` fit of ``fit_steps`` env steps (its own process)."""
     args = ["fit", "--config", str(REPO / "configs" / "ppo_atari.yaml"), "--data.init_args.total_env_steps",
             str(fit_steps), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"]  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", _FIT_SCRIPT, *args], check=True, capture_output=True, text=True)
+    with tempfile.TemporaryDirectory() as scratch:  # the fit's config.yaml and checkpoints land here, not in the repo
+        out = subprocess.run(
+            [sys.executable, "-c", _FIT_SCRIPT, *args], check=True, capture_output=True, text=True, cwd=scratch
+        )
     return int(next(line.split()[1] for line in out.stdout.splitlines() if line.startswith("PEAK_RSS")))
 
 

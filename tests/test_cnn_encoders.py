@@ -56,6 +56,21 @@ def test_channels_last_is_permuted_once_and_scaled_by_255_inside() -> None:
 
 
 @pytest.mark.parametrize("builder", [nature_cnn, impala_cnn])
+def test_cnn_trunk_runs_channels_last_and_matches_the_plain_nchw_math(builder) -> None:
+    encoder = builder((4, 40, 40))
+    convs = [m for m in encoder.modules() if isinstance(m, nn.Conv2d)]
+    assert all(c.weight.is_contiguous(memory_format=torch.channels_last) for c in convs)
+    assert not all(c.weight.is_contiguous() for c in convs)  # really NHWC, not a 1x1 kernel that is both
+    plain = builder((4, 40, 40))
+    plain.load_state_dict(encoder.state_dict())
+    plain.trunk.to(memory_format=torch.contiguous_format)
+    frames = images((4, 40, 40), 3)
+    torch.testing.assert_close(encoder(frames), plain.trunk(frames.float() / 255.0), rtol=1e-4, atol=1e-4)
+    encoder(frames).sum().backward()  # gradients keep the weights' layout (what fused Adam and DDP buckets expect)
+    assert all(c.weight.grad.is_contiguous(memory_format=torch.channels_last) for c in convs)
+
+
+@pytest.mark.parametrize("builder", [nature_cnn, impala_cnn])
 def test_cnn_layers_start_orthogonal_with_gain_sqrt2_and_zero_bias(builder) -> None:
     encoder = builder((3, 40, 40))
     layers = [m for m in encoder.modules() if isinstance(m, nn.Conv2d | nn.Linear)]

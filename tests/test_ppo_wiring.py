@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import torch
 from helpers import tiny_ppo, trainer
+from tensordict import TensorDict
 from torch import nn
 
 from rl_lightning import keys
+from rl_lightning.algos import PPO
 from tests.spo_toys import TableEnv
 
 NUM_ENVS, NUM_STEPS, MAX_STEPS, GAMMA, LAM = 4, 12, 3, 0.9, 0.8
@@ -87,3 +89,23 @@ def test_advantages_bootstrap_truncation_from_the_true_final_state(tmp_path):
     assert bool((states[1:][ends] == 0).all())
     torch.testing.assert_close(batch[keys.ADVANTAGE], expected)
     torch.testing.assert_close(batch[keys.RETURN], expected + VALUES[states])
+
+
+def test_next_value_is_the_critic_on_final_obs_at_every_step_of_a_pixel_rollout():
+    """``process_rollout`` reuses ``value[t + 1]`` inside episodes and runs the critic only at episode ends and the
+    last tick; every row must still equal ``V(final_obs)`` computed the naive way (shared CNN, values from acting)."""
+    from rl_lightning.data.collector import Collector
+    from rl_lightning.envs import BatchedEnv, Catch
+
+    torch.manual_seed(0)
+    env = BatchedEnv(Catch(rows=4, columns=4, size=64), 3)
+    model = PPO(env_spec=env.spec, encoder="nature", share_encoder=True, hidden_sizes=())
+    with torch.no_grad():
+        policy = model.acting_policy(env, deterministic=False, training=True)
+        batch = model.process_rollout(Collector(env, seed=0).rollout(policy, 10, 0))
+        naive = TensorDict({keys.OBS: batch[keys.FINAL_OBS]}, batch.batch_size)
+        expected = model.critic(model._critic_features(naive)).squeeze(-1)
+    ends = batch[keys.TERMINATED] | batch[keys.TRUNCATED]
+    assert bool(ends[:-1].any())
+    assert bool((~ends[:-1]).any())
+    torch.testing.assert_close(batch[keys.NEXT_VALUE], expected, rtol=1e-5, atol=1e-6)

@@ -269,9 +269,7 @@ class PPO(RLModule):
             raise ConfigError("PPO received an empty rollout; data.num_steps and data.num_envs must be >= 1")
         if keys.VALUE not in batch:
             batch[keys.VALUE] = self.critic(self._critic_features(batch)).squeeze(-1)
-        final_obs = TensorDict({keys.OBS: batch[keys.FINAL_OBS]}, batch.batch_size)
-        final = self.critic(self._critic_features(final_obs))
-        batch[keys.NEXT_VALUE] = final.squeeze(-1)
+        batch[keys.NEXT_VALUE] = self._next_value(batch)
         reward = batch[keys.REWARD]  # stays raw in the rollout
         if self.reward_scaler is not None:
             self.reward_scaler.update(reward, batch[keys.TERMINATED] | batch[keys.TRUNCATED])
@@ -288,6 +286,22 @@ class PPO(RLModule):
         batch[keys.ADVANTAGE] = advantage
         batch[keys.RETURN] = value_target
         return batch
+
+    def _next_value(self, batch: TensorDict) -> torch.Tensor:
+        """``V(final_obs)`` of every step of a ``[T, B]`` rollout, running the critic only where it must.
+
+        Within an episode ``final_obs[t]`` is ``obs[t + 1]``, whose value the rollout already holds; only episode
+        ends and the last tick have successors outside it. On pixels that saves a CNN forward over the whole
+        rollout, for one host sync per rollout (the boolean gather).
+        """
+        value = batch[keys.VALUE]
+        outside = batch[keys.TERMINATED] | batch[keys.TRUNCATED]
+        outside[-1] = True
+        next_value = torch.cat([value[1:], value[-1:]])
+        final_obs = batch[keys.FINAL_OBS][outside]
+        rows = TensorDict({keys.OBS: final_obs}, final_obs.shape[:1])
+        next_value[outside] = self.critic(self._critic_features(rows)).squeeze(-1).to(next_value.dtype)
+        return next_value
 
     # ----- learning -----------------------------------------------------------------------------------------
     def configure_optimizers(self) -> torch.optim.Optimizer:
