@@ -133,11 +133,17 @@ def print_curve(run: Path, target: float = 10.0) -> None:
 
     acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
     acc.Reload()
-    evals = acc.Scalars("eval/episode_return")
+    tags = set(acc.Tags()["scalars"])
+    if "env_steps" not in tags:
+        raise SystemExit(f"{run}: no update logged yet; read it again later")
     steps = acc.Scalars("env_steps")
     wall = steps[-1].wall_time - steps[0].wall_time
     print(f"\n== PPO Breakout ({run}): whole games, raw score (sampled policy, 8 games per evaluation) ==")
     print(f"  {int(steps[-1].value):,} env steps in {wall / 60:.1f} min ({steps[-1].value / wall:,.0f} env steps/s)")
+    if "eval/episode_return" not in tags:
+        print("  no evaluation yet (the first comes at 100k env steps)")
+        return
+    evals = acc.Scalars("eval/episode_return")
     for e in evals:
         print(f"  {e.step:>10,}  {e.value:8.2f}")
     final = evals[-1].value

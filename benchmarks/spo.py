@@ -3,6 +3,7 @@
     python benchmarks/spo.py                 # full run: 3 seeds × (CartPole, control, TicTacToe, Pendulum) + throughput
     python benchmarks/spo.py --quick         # 1 seed (same budgets), shorter throughput measurements
     python benchmarks/spo.py --seeds 5 --envs cartpole --sections learning,control
+    python benchmarks/spo.py --profile       # one search piece by piece, then a short fit under cProfile
 
 Learning runs use the bundled configs (``configs/spo*.yaml``) unchanged, except that the logger, checkpointing,
 progress bar and the configs' own callbacks are replaced by one evaluation callback (SPO's default evaluation: SMC
@@ -46,6 +47,7 @@ from _common import (  # first: it silences warnings and Lightning's INFO loggin
     print_summary,
     raw_env_rate,
 )
+from _spo_profile import profile
 
 # isort: split
 import lightning.pytorch as pl
@@ -419,6 +421,10 @@ def main() -> None:
     )
     parser.add_argument("--verbose", action="store_true", help="print every evaluation of every run")
     parser.add_argument(
+        "--profile", action="store_true", help="only print where one search's and a short fit's time goes"
+    )
+    parser.add_argument("--profile-config", default="spo.yaml", help="bundled config of the profiled fit")
+    parser.add_argument(
         "--override",
         action="append",
         default=[],
@@ -440,6 +446,9 @@ def main() -> None:
     if "control" in sections and not ("learning" in sections and "cartpole" in envs):
         parser.error("--sections control compares with the CartPole learning runs: add learning and cartpole")
     overrides = overrides_to_args(args.override)
+    if args.profile:
+        profile(overrides, args.profile_config)
+        return
     seed_list = list(range(args.seed_offset, args.seed_offset + seeds))
     print(
         f"rl_lightning SPO benchmark: torch {torch.__version__}, lightning {pl.__version__}, "

@@ -79,13 +79,13 @@ class ActorCriticPrior:
         return self._bounds[device]
 
     def params(self, obs: TensorDict) -> PolicyParams:
-        out = self.actor(self.features(obs[keys.OBS]))
+        out = self.actor(self.features(obs[keys.OBS])).float()  # float32 also under a bfloat16 autocast
         if self.spec.discrete:
             return (D.masked_logits(out, obs.get(keys.ACTION_MASK, None)),)
         return gaussian_head(out)
 
     def value(self, obs: torch.Tensor | TensorDict) -> torch.Tensor:
-        v = self.critic(self.critic_features(obs))
+        v = self.critic(self.critic_features(obs)).float()
         return v.squeeze(-1) if v.dim() > 1 else v
 
     def sample(self, params: PolicyParams, generator: torch.Generator | None) -> torch.Tensor:

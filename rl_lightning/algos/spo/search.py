@@ -37,6 +37,8 @@ from rl_lightning.errors import check_fields
 from rl_lightning.networks import distributions as D
 
 RESAMPLE_MODES = ("period", "ess")
+#: Precisions the search's network forwards may run in (``bfloat16``: autocast, float32 accumulation and outputs).
+SEARCH_PRECISIONS = {"float32": None, "bfloat16": torch.bfloat16}
 
 
 @dataclass
@@ -55,6 +57,9 @@ class SearchConfig:
         dirichlet_alpha: root Dirichlet concentration (discrete actions).
         root_noise_fraction: root exploration mix ``f`` (discrete: Dirichlet on probabilities; continuous:
             ``(1 − f)·a + f·N(0, 1)``, clipped); applied when acting for training only.
+        precision: ``float32``, or ``bfloat16`` to run the actor's and critic's matmuls and convolutions under
+            ``torch.autocast`` (inputs rounded to bfloat16, float32 accumulation; values and logits come back as
+            float32, so weights, resampling and the target stay float32). Training is unaffected.
     """
 
     num_particles: int = 16
@@ -66,6 +71,7 @@ class SearchConfig:
     gae_lambda: float = 1.0
     dirichlet_alpha: float = 0.03
     root_noise_fraction: float = 0.0
+    precision: str = "float32"
 
     def check(self, prefix: str = "model") -> None:
         """Raise a one-line ``ConfigError`` naming the first invalid field."""
@@ -79,9 +85,11 @@ class SearchConfig:
             ("search_gae_lambda", 0.0 <= self.gae_lambda <= 1.0, "use λ in [0, 1] (default 1.0)"),
             ("dirichlet_alpha", self.dirichlet_alpha > 0, "use a positive concentration, e.g. 0.03"),
             ("root_noise_fraction", 0.0 <= self.root_noise_fraction <= 1.0, "use a fraction in [0, 1]"),
+            ("search_precision", self.precision in SEARCH_PRECISIONS, f"choose one of {list(SEARCH_PRECISIONS)}"),
         ]
         values = {**vars(self), "search_depth": self.depth, "search_gamma": self.gamma}
-        check_fields(checks, {**values, "search_gae_lambda": self.gae_lambda}, prefix)
+        values.update(search_gae_lambda=self.gae_lambda, search_precision=self.precision)
+        check_fields(checks, values, prefix)
 
 
 @dataclass
@@ -147,6 +155,23 @@ def smc_search(
         explore: add root noise (``config.root_noise_fraction``), for acting in training.
         greedy: execute argmax_a q̂(a) (discrete) or the highest-weight particle (continuous) instead of a draw.
     """
+    low = SEARCH_PRECISIONS[config.precision]
+    leaf = next(iter(root_obs.values(include_nested=True, leaves_only=True)))  # a TensorDict's device may be None
+    with torch.autocast(leaf.device.type, dtype=low or torch.bfloat16, enabled=low is not None):
+        return _search(env, root_state, root_obs, prior, config, temperature, generator, explore, greedy)
+
+
+def _search(
+    env: TorchEnv,
+    root_state: TensorDict,
+    root_obs: TensorDict,
+    prior: ActorCriticPrior,
+    config: SearchConfig,
+    temperature: torch.Tensor,
+    generator: torch.Generator | None,
+    explore: bool,
+    greedy: bool,
+) -> SearchResult:
     n, depth = config.num_particles, config.depth
     num_envs = root_state.batch_size[0]
     device = root_obs.device
