@@ -253,8 +253,12 @@ def nets_rate(module: SPO, batch: int, steps: int) -> float:
 def run_throughput(quick: bool) -> list[dict[str, float]]:
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    module = SPO(env_spec=CartPole().spec)  # (256, 256) ReLU actor/critic, N = 16, depth 4, like configs/spo.yaml
+    # (256, 256) ReLU actor/critic, N = 16, depth 4, like configs/spo.yaml; the same weights in both precisions
+    module = SPO(env_spec=CartPole().spec)
     module.eval()
+    low = SPO(env_spec=CartPole().spec, search_precision="bfloat16")
+    low.load_state_dict(module.state_dict())
+    low.eval()
     n, depth = module.search_config.num_particles, module.search_config.depth
     budget = 150_000 if quick else 600_000  # particle-steps (and raw env steps) per measurement
     repeats = 2 if quick else 3
@@ -263,19 +267,22 @@ def run_throughput(quick: bool) -> list[dict[str, float]]:
         batch = num_envs * n
         searches = max(10, budget // (batch * depth))
         steps = max(10, budget // batch)
-        search, nets, raw = [], [], []
+        search, search_bf16, nets, raw = [], [], [], []
         for _ in range(repeats):  # interleaved, best of `repeats`: the machine may be shared, noise only slows
             search.append(search_rate(module, num_envs, searches))
+            search_bf16.append(search_rate(low, num_envs, searches))
             nets.append(nets_rate(module, batch, steps))
             raw.append(raw_env_rate(batch, steps))
-        rows.append({
-            "num_envs": num_envs,
-            "particles": n,
-            "depth": depth,
-            "searches": max(search),
-            "nets": max(nets),
-            "raw": max(raw),
-        })  # fmt: skip
+        for precision, rates in (("float32", search), ("bfloat16", search_bf16)):
+            rows.append({
+                "num_envs": num_envs,
+                "particles": n,
+                "depth": depth,
+                "precision": precision,
+                "searches": max(rates),
+                "nets": max(nets),
+                "raw": max(raw),
+            })  # fmt: skip
     return rows
 
 
@@ -285,8 +292,8 @@ def print_throughput(rows: list[dict[str, float]]) -> None:
         "BatchedEnv.step at batch E·N =="
     )
     header = (
-        f"{'E':>4} {'N':>3} {'depth':>5} {'E·N':>5} {'ms/search':>10} {'real steps/s':>12} {'particle-st/s':>14} "
-        f"{'nets-only/s':>12} {'raw env/s':>12} {'search/raw':>10}"
+        f"{'E':>4} {'N':>3} {'depth':>5} {'E·N':>5} {'search in':>9} {'ms/search':>10} {'real steps/s':>12} "
+        f"{'particle-st/s':>14} {'nets-only/s':>12} {'raw env/s':>12} {'search/raw':>10}"
     )
     print(header)
     print("-" * len(header))
@@ -294,14 +301,16 @@ def print_throughput(rows: list[dict[str, float]]) -> None:
         batch = r["num_envs"] * r["particles"]
         particle_rate = r["searches"] * batch * r["depth"]
         print(
-            f"{r['num_envs']:>4} {r['particles']:>3} {r['depth']:>5} {batch:>5} {1e3 / r['searches']:>10.2f} "
+            f"{r['num_envs']:>4} {r['particles']:>3} {r['depth']:>5} {batch:>5} {r['precision']:>9} "
+            f"{1e3 / r['searches']:>10.2f} "
             f"{r['searches'] * r['num_envs']:>12,.0f} {particle_rate:>14,.0f} {r['nets']:>12,.0f} {r['raw']:>12,.0f} "
             f"{particle_rate / r['raw']:>10.3f}"
         )
     print(
         "  (best of interleaved repeats; particle-st/s = E·N·depth·searches/s; real steps/s = E·searches/s, the\n"
         "   acting rate of search alone; nets-only/s = rows/s of critic + actor + a draw on E·N rows, the network\n"
-        "   part of one search step; raw env/s = BatchedEnv(CartPole(), E·N).step with random actions)"
+        "   part of one search step (float32); raw env/s = BatchedEnv(CartPole(), E·N).step with random actions;\n"
+        "   search in bfloat16 = search_precision: bfloat16, the same weights)"
     )
 
 
@@ -401,7 +410,7 @@ def summarise(
         batch = r["num_envs"] * r["particles"]
         rate = r["searches"] * batch * r["depth"]
         rows.append((
-            f"Search E={r['num_envs']} N={r['particles']} d={r['depth']}: particle-st/s",
+            f"Search E={r['num_envs']} N={r['particles']} d={r['depth']} {r['precision']}: particle-st/s",
             f"{rate:,.0f} = {rate / r['raw']:.3f} × raw env at {batch}",
             "-",
             "info",

@@ -376,3 +376,39 @@ def test_root_noise_is_one_dirichlet_draw_per_env_shared_by_its_particles():
     plain = search(env, prior, cfg, num_envs=256)
     counts = torch.nn.functional.one_hot(plain.sampled_actions, 5).sum(1).float()
     assert float(((counts * (counts - 1)).sum(-1) / (64 * 63)).mean()) == pytest.approx(0.2, abs=0.02)
+
+
+# precision ----------------------------------------------------------------------------------------------------------
+def test_bfloat16_search_runs_the_networks_in_bfloat16_and_keeps_its_outputs_float32():
+    from rl_lightning.algos import SPO
+    from rl_lightning.envs import BatchedEnv, CartPole
+
+    torch.manual_seed(0)
+    module = SPO(env_spec=CartPole().spec, hidden_sizes=(64, 64), num_particles=8, search_depth=3)
+    env = BatchedEnv(CartPole(), 4, seed=0)
+    obs = env.reset()
+    seen: list[torch.dtype] = []
+    hooks = [
+        net[-1].register_forward_hook(lambda m, i, o: seen.append(o.dtype)) for net in (module.actor, module.critic)
+    ]
+    results = {}
+    for precision in ("float32", "bfloat16"):
+        seen.clear()
+        config = SearchConfig(num_particles=8, depth=3, precision=precision)
+        results[precision] = smc_search(
+            env.env, env.state, obs, module.prior, config, torch.tensor(1.0), torch.Generator().manual_seed(0)
+        )
+        assert set(seen) == {torch.float32 if precision == "float32" else torch.bfloat16}
+    for hook in hooks:
+        hook.remove()
+    fp32, bf16 = results["float32"], results["bfloat16"]
+    for field in ("weights", "log_weights", "advantages", "root_value"):
+        assert getattr(bf16, field).dtype == torch.float32
+    # bfloat16 keeps ~3 significant digits: values agree to that, not bit for bit.
+    torch.testing.assert_close(bf16.root_value, fp32.root_value, rtol=2e-2, atol=2e-2)
+    assert not torch.equal(bf16.root_value, fp32.root_value)
+
+
+def test_unknown_search_precision_is_refused_naming_the_field():
+    with pytest.raises(ValueError, match=r"model\.search_precision='float16' is invalid.*float32.*bfloat16"):
+        SearchConfig(precision="float16").check()
