@@ -23,6 +23,7 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.algos import SPO
+from rl_lightning.algos.spo import draws
 from rl_lightning.algos.spo import search as smc
 from rl_lightning.algos.spo.prior import ActorCriticPrior
 from rl_lightning.callbacks import Evaluation
@@ -75,7 +76,7 @@ def search_breakdown(num_envs: int = 16, searches: int = 100) -> None:
     offsets = torch.arange(num_envs).unsqueeze(-1) * n
 
     def resample() -> None:
-        flat = (smc.resample_indices(log_w, temperature, g) + offsets).reshape(-1)
+        flat = (draws.resample_indices(log_w, temperature, g) + offsets).reshape(-1)
         states[flat], actions[flat], log_w.reshape(-1)[flat], actions[flat]
 
     resamples = sum(1 for d in range(depth) if (d + 1) % config.resample_period == 0) if n > 1 else 0
@@ -127,7 +128,7 @@ FIT_PARTS = [
     Part("actor forward (prior.params)", [ActorCriticPrior.params], 2),
     Part("sampling (prior.sample)", [ActorCriticPrior.sample], 2),
     Part("env step (step_state)", [CartPole.step_from_noise], 2),
-    Part("resampling draw", [smc.resample_indices], 2),
+    Part("resampling draw", [draws.resample_indices], 2),
     Part("replay (ReplayRing.add, sample_sequences)", [ReplayRing.add, ReplayRing.sample_sequences]),
     Part("gradient steps (SPO.update)", [SPO.update]),
     Part("forward and losses", [SPO.losses], 1),

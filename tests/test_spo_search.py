@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from rl_lightning import keys
-from rl_lightning.algos.spo.search import SearchConfig, effective_sample_size, resample_indices, smc_search
+from rl_lightning.algos.spo.draws import resample_indices
+from rl_lightning.algos.spo.search import SearchConfig, effective_sample_size, smc_search
 from tests.spo_toys import TableEnv, root, table_prior
 
 ETA = torch.tensor(1.0)

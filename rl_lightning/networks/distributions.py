@@ -123,6 +123,13 @@ def tanh_normal_sample(
     inside ``[low, high]`` (the bounds themselves can be reached when tanh saturates in floating point).
     """
     noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+    return tanh_normal_from_noise(mean, std, low, high, noise)
+
+
+def tanh_normal_from_noise(
+    mean: torch.Tensor, std: torch.Tensor, low: torch.Tensor, high: torch.Tensor, noise: torch.Tensor
+) -> torch.Tensor:
+    """``tanh_normal_sample`` given its ``N(0, I)`` draws ``noise`` (shape of ``mean``): pure, so it compiles."""
     return low + (torch.tanh(mean + std * noise) + 1.0) * 0.5 * (high - low)
 
 

@@ -13,6 +13,7 @@ from torch import nn
 
 from rl_lightning import keys
 from rl_lightning.algos.base import Policy, RLModule
+from rl_lightning.algos.spo.compiled_search import CompiledSearch, check_compilable
 from rl_lightning.algos.spo.prior import ActorCriticPrior, gaussian_head
 from rl_lightning.algos.spo.search import SearchConfig, smc_search
 from rl_lightning.envs.base import BatchedEnv, EnvSpec, require_action_kind
@@ -76,6 +77,9 @@ class SPO(RLModule):
         search_precision: ``float32`` or ``bfloat16``: the search's actor and critic forwards under a bfloat16
             autocast (float32 accumulation and outputs; weights, resampling and training stay float32). About
             2.5× the search's particle-steps/s on a CPU with AVX512-BF16 (``benchmarks/README.md``, SPO).
+        compile_search: run each search as one ``torch.compile`` graph over noise drawn before it
+            (``algos/spo/compiled_search.py``; the package's torch envs only). Same distributions as the default
+            search from another random stream; the first search of each shape compiles (10-25 s on a CPU).
         adaptive_temperature: learn η from its dual; ``False`` uses ``fixed_temperature``.
         fixed_temperature: η when not adaptive (e.g. 1e9 makes the target the prior: a negative control).
         init_log_temperature: initial log-η parameter (η = softplus(·), so 3.0 means η ≈ 3.05).
@@ -123,6 +127,7 @@ class SPO(RLModule):
         dirichlet_alpha: float = 0.03,
         root_noise_fraction: float = 0.0,
         search_precision: str = "float32",
+        compile_search: bool = False,
         adaptive_temperature: bool = True,
         fixed_temperature: float = 0.5,
         init_log_temperature: float = 3.0,
@@ -175,6 +180,7 @@ class SPO(RLModule):
             self.actor, self.critic, spec, self.encoder, self.obs_normalizer, self.critic_encoder
         )
         self.eval_deterministic = bool(hp.eval_greedy)
+        self._search = CompiledSearch() if compile_search else smc_search
         self._search_stats: dict[str, torch.Tensor] = {}
         self.last_metrics: dict[str, Any] = {}
 
@@ -197,7 +203,7 @@ class SPO(RLModule):
 
         def policy(obs: TensorDict, generator: torch.Generator) -> TensorDict:
             assert env.state is not None, "acting_policy needs a reset env"
-            result = smc_search(
+            result = self._search(
                 env.env, env.state, obs, self.prior, self.search_config, self.search_temperature(), generator,
                 explore=training, greedy=deterministic,
             )  # fmt: skip
@@ -258,6 +264,8 @@ class SPO(RLModule):
     def check_config(self, datamodule: Any) -> None:
         """SPO searches on snapshots of the env state: refuse, at start-up, a backend that cannot take them."""
         env = datamodule.env
+        if self.hparams.compile_search:
+            check_compilable(env)
         if not env.can_snapshot:
             raise ConfigError(
                 f"data.env={type(env).__name__}: SPO searches on env snapshots and this backend has none; use a "

@@ -94,6 +94,13 @@ class ActorCriticPrior:
         low, high = self.bounds(params[0].device)
         return D.tanh_normal_sample(params[0], params[1], low, high, generator)
 
+    def sample_from_noise(self, params: PolicyParams, noise: torch.Tensor) -> torch.Tensor:
+        """``sample`` given its draws: ``U[0, 1)`` of the logits' shape (discrete) or ``N(0, 1)`` of the mean's."""
+        if self.spec.discrete:
+            return D.categorical_from_uniform(params[0], noise)
+        low, high = self.bounds(params[0].device)
+        return D.tanh_normal_from_noise(params[0], params[1], low, high, noise)
+
     def mode(self, params: PolicyParams) -> torch.Tensor:
         if self.spec.discrete:
             return params[0].argmax(-1)
@@ -113,16 +120,25 @@ class ActorCriticPrior:
         Illegal actions (logit = dtype min) keep probability 0. Mixing on logits, as Stoix does, is not the
         AlphaZero mixture (spo.md §6.2).
         """
+        return self.dirichlet_mix_with(logits, gamma_sample(torch.full_like(logits, alpha), generator), fraction)
+
+    @staticmethod
+    def dirichlet_mix_with(logits: torch.Tensor, gamma_draws: torch.Tensor, fraction: float) -> torch.Tensor:
+        """``dirichlet_mix`` given its Gamma(α) draws (shape of ``logits``), normalised here over legal actions."""
         legal = logits > torch.finfo(logits.dtype).min
-        noise = gamma_sample(torch.full_like(logits, alpha), generator) * legal
+        noise = gamma_draws * legal
         noise = noise / noise.sum(-1, keepdim=True).clamp_min(torch.finfo(logits.dtype).tiny)
         mixed = (1.0 - fraction) * logits.softmax(-1) + fraction * noise
         return D.masked_logits(mixed.clamp_min(torch.finfo(mixed.dtype).tiny).log(), legal)
 
     def perturb(self, action: torch.Tensor, fraction: float, generator: torch.Generator | None) -> torch.Tensor:
         """Continuous root exploration: (1 − f)·a + f·ε with ε ~ N(0, 1), clipped to the action bounds."""
-        low, high = self.bounds(action.device)
         noise = torch.randn(action.shape, generator=generator, device=action.device, dtype=action.dtype)
+        return self.perturb_with(action, noise, fraction)
+
+    def perturb_with(self, action: torch.Tensor, noise: torch.Tensor, fraction: float) -> torch.Tensor:
+        """``perturb`` given its ``N(0, 1)`` draws (shape of ``action``)."""
+        low, high = self.bounds(action.device)
         return torch.maximum(torch.minimum((1.0 - fraction) * action + fraction * noise, high), low)
 
 

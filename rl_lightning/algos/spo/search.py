@@ -31,10 +31,10 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning import keys
+from rl_lightning.algos.spo.draws import GeneratorDraws, NoiseDraws, NoiseSource
 from rl_lightning.algos.spo.prior import ActorCriticPrior
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.errors import check_fields
-from rl_lightning.networks import distributions as D
 
 RESAMPLE_MODES = ("period", "ess")
 #: Precisions the search's network forwards may run in (``bfloat16``: autocast, float32 accumulation and outputs).
@@ -124,12 +124,6 @@ def effective_sample_size(weights: torch.Tensor) -> torch.Tensor:
     return weights.square().sum(-1).reciprocal()
 
 
-def resample_indices(log_weights: torch.Tensor, temperature: torch.Tensor, generator: torch.Generator | None):
-    """Multinomial resampling: ``N`` draws per env from ``softmax(w / η)``; returns indices ``[E, N]``."""
-    probs = (log_weights / temperature).softmax(-1)
-    return torch.multinomial(probs, log_weights.shape[-1], replacement=True, generator=generator)
-
-
 @torch.no_grad()
 def smc_search(
     env: TorchEnv,
@@ -141,6 +135,7 @@ def smc_search(
     generator: torch.Generator | None,
     explore: bool = False,
     greedy: bool = False,
+    noise: NoiseDraws | None = None,
 ) -> SearchResult:
     """Run SMC search from ``root_state`` (``E`` envs; left untouched) and read out the target.
 
@@ -154,11 +149,14 @@ def smc_search(
         generator: the only source of randomness (roots, proposals, model noise, resampling, read-out).
         explore: add root noise (``config.root_noise_fraction``), for acting in training.
         greedy: execute argmax_a q̂(a) (discrete) or the highest-weight particle (continuous) instead of a draw.
+        noise: every draw made beforehand (``NoiseDraws.draw``; ``env`` a ``NoiseSteppedEnv``): ``generator`` is
+            then unused and the search is a pure function of its inputs (what ``compiled_search`` compiles).
     """
+    draws = GeneratorDraws(generator) if noise is None else NoiseSource(noise)
     low = SEARCH_PRECISIONS[config.precision]
     leaf = next(iter(root_obs.values(include_nested=True, leaves_only=True)))  # a TensorDict's device may be None
     with torch.autocast(leaf.device.type, dtype=low or torch.bfloat16, enabled=low is not None):
-        return _search(env, root_state, root_obs, prior, config, temperature, generator, explore, greedy)
+        return _search(env, root_state, root_obs, prior, config, temperature, draws, explore, greedy)
 
 
 def _search(
@@ -168,7 +166,7 @@ def _search(
     prior: ActorCriticPrior,
     config: SearchConfig,
     temperature: torch.Tensor,
-    generator: torch.Generator | None,
+    draws: GeneratorDraws | NoiseSource,
     explore: bool,
     greedy: bool,
 ) -> SearchResult:
@@ -176,7 +174,7 @@ def _search(
     num_envs = root_state.batch_size[0]
     device = root_obs.device
     root_value = prior.value(root_obs[keys.OBS])
-    root_actions = _root_actions(prior, root_obs, config, generator, explore)
+    root_actions = _root_actions(prior, root_obs, config, draws, explore)
     offsets = torch.arange(num_envs, device=device).unsqueeze(-1) * n  # [E, 1]
     state = root_state[torch.arange(num_envs, device=device).repeat_interleave(n)]
     action = root_actions
@@ -189,7 +187,7 @@ def _search(
     owned: TensorDict | None = None  # the search's own states (released when replaced)
     try:
         for d in range(depth):
-            next_state, out = env.step_state(state, action, generator, inplace=False)
+            next_state, out = draws.step(env, d, state, action)
             if owned is not None:
                 env.release(owned)
             owned = next_state
@@ -201,7 +199,7 @@ def _search(
             value = bootstrap
             if d + 1 < depth:  # the last step's proposals would never be applied
                 next_obs = out.select(keys.OBS, keys.ACTION_MASK, strict=False)
-                next_action = prior.sample(prior.params(next_obs), generator)
+                next_action = draws.proposal(prior, d, prior.params(next_obs))
             else:
                 next_action = action
 
@@ -214,7 +212,7 @@ def _search(
                 state, action = next_state, next_action
                 continue
             resampled.append(due.expand(num_envs))
-            idx = resample_indices(log_w, temperature, generator)
+            idx = draws.resample(d, log_w, temperature)
             idx = torch.where(due.unsqueeze(-1), idx, torch.arange(n, device=device))
             flat = (idx + offsets).reshape(-1)
             state = next_state[flat]
@@ -226,7 +224,7 @@ def _search(
             env.release(owned)
 
     return _read_out(
-        prior, root_actions, log_w, advantages, root_value, temperature, generator, greedy,
+        prior, root_actions, log_w, advantages, root_value, temperature, draws, greedy,
         _stack(ess, num_envs, device), _stack(alive_frac, num_envs, device), _stack(resampled, num_envs, device),
     )  # fmt: skip
 
@@ -235,7 +233,7 @@ def _root_actions(
     prior: ActorCriticPrior,
     root_obs: TensorDict,
     config: SearchConfig,
-    generator: torch.Generator | None,
+    draws: GeneratorDraws | NoiseSource,
     explore: bool,
 ) -> torch.Tensor:
     """``N`` prior samples per env, ``[E·N(, D)]`` (env ``e`` owns rows ``e·N … e·N + N − 1``), with root noise.
@@ -246,11 +244,12 @@ def _root_actions(
     """
     noisy = explore and config.root_noise_fraction > 0
     params = prior.params(root_obs)
+    fraction = config.root_noise_fraction
     if noisy and prior.spec.discrete:
-        params = (prior.dirichlet_mix(params[0], config.dirichlet_alpha, config.root_noise_fraction, generator),)
-    actions = prior.sample(prior.repeat(params, config.num_particles), generator)
+        params = (prior.dirichlet_mix_with(params[0], draws.dirichlet(params[0], config.dirichlet_alpha), fraction),)
+    actions = draws.root(prior, prior.repeat(params, config.num_particles))
     if noisy and not prior.spec.discrete:
-        actions = prior.perturb(actions, config.root_noise_fraction, generator)
+        actions = prior.perturb_with(actions, draws.perturbation(actions), fraction)
     return actions
 
 
@@ -272,7 +271,7 @@ def _read_out(
     advantages: torch.Tensor,
     root_value: torch.Tensor,
     temperature: torch.Tensor,
-    generator: torch.Generator | None,
+    draws: GeneratorDraws | NoiseSource,
     greedy: bool,
     ess: torch.Tensor,
     alive: torch.Tensor,
@@ -287,7 +286,7 @@ def _read_out(
         histogram.scatter_add_(1, sampled, weights)
         action = histogram.argmax(-1)
     else:
-        choice = weights.argmax(-1) if greedy else D.categorical_sample(logits, generator)
+        choice = weights.argmax(-1) if greedy else draws.readout(logits)
         action = sampled[torch.arange(num_envs, device=weights.device), choice]
     return SearchResult(action, sampled, weights, log_w, advantages, root_value, ess, alive, resampled)
 
