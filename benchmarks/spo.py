@@ -17,6 +17,8 @@ Sections:
               Pendulum (mean return of 10 episodes every 10k env steps up to the budget).
   control     CartPole negative control: η fixed at 1e9 (the search target is the prior, i.e. self-imitation),
               30k env steps; needs cartpole in --envs.
+  scaling     (not in the default set) ms per search at E = 16 for N = 8..256 particles (depth 4) and depth
+              1..8 (N = 16), float32 and bfloat16: how the cost grows with the work.
   throughput  smc_search on CartPole (via SPO.acting_policy, training=True) at E = 16 and 64 envs × N = 16
               particles × depth 4, in particle-steps/s, vs the raw BatchedEnv.step rate at the same batch E·N.
 
@@ -250,15 +252,25 @@ def nets_rate(module: SPO, batch: int, steps: int) -> float:
     return steps * batch / seconds
 
 
+#: Search variants measured beside the default float32 eager search (same weights).
+VARIANTS = {
+    "bfloat16": {"search_precision": "bfloat16"},
+    "compiled": {"compile_search": True},
+    "bf16+comp": {"search_precision": "bfloat16", "compile_search": True},
+}
+
+
 def run_throughput(quick: bool) -> list[dict[str, float]]:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     # (256, 256) ReLU actor/critic, N = 16, depth 4, like configs/spo.yaml; the same weights in both precisions
     module = SPO(env_spec=CartPole().spec)
     module.eval()
-    low = SPO(env_spec=CartPole().spec, search_precision="bfloat16")
-    low.load_state_dict(module.state_dict())
-    low.eval()
+    variants = {"float32": module}
+    for name, kwargs in VARIANTS.items():
+        variants[name] = SPO(env_spec=CartPole().spec, **kwargs)
+        variants[name].load_state_dict(module.state_dict())
+        variants[name].eval()
     n, depth = module.search_config.num_particles, module.search_config.depth
     budget = 150_000 if quick else 600_000  # particle-steps (and raw env steps) per measurement
     repeats = 2 if quick else 3
@@ -267,19 +279,20 @@ def run_throughput(quick: bool) -> list[dict[str, float]]:
         batch = num_envs * n
         searches = max(10, budget // (batch * depth))
         steps = max(10, budget // batch)
-        search, search_bf16, nets, raw = [], [], [], []
+        rates: dict[str, list[float]] = {name: [] for name in variants}
+        nets, raw = [], []
         for _ in range(repeats):  # interleaved, best of `repeats`: the machine may be shared, noise only slows
-            search.append(search_rate(module, num_envs, searches))
-            search_bf16.append(search_rate(low, num_envs, searches))
+            for name, variant in variants.items():
+                rates[name].append(search_rate(variant, num_envs, searches))
             nets.append(nets_rate(module, batch, steps))
             raw.append(raw_env_rate(batch, steps))
-        for precision, rates in (("float32", search), ("bfloat16", search_bf16)):
+        for name, rate in rates.items():
             rows.append({
                 "num_envs": num_envs,
                 "particles": n,
                 "depth": depth,
-                "precision": precision,
-                "searches": max(rates),
+                "precision": name,
+                "searches": max(rate),
                 "nets": max(nets),
                 "raw": max(raw),
             })  # fmt: skip
@@ -292,7 +305,7 @@ def print_throughput(rows: list[dict[str, float]]) -> None:
         "BatchedEnv.step at batch E·N =="
     )
     header = (
-        f"{'E':>4} {'N':>3} {'depth':>5} {'E·N':>5} {'search in':>9} {'ms/search':>10} {'real steps/s':>12} "
+        f"{'E':>4} {'N':>3} {'depth':>5} {'E·N':>5} {'search':>9} {'ms/search':>10} {'real steps/s':>12} "
         f"{'particle-st/s':>14} {'nets-only/s':>12} {'raw env/s':>12} {'search/raw':>10}"
     )
     print(header)
@@ -310,8 +323,41 @@ def print_throughput(rows: list[dict[str, float]]) -> None:
         "  (best of interleaved repeats; particle-st/s = E·N·depth·searches/s; real steps/s = E·searches/s, the\n"
         "   acting rate of search alone; nets-only/s = rows/s of critic + actor + a draw on E·N rows, the network\n"
         "   part of one search step (float32); raw env/s = BatchedEnv(CartPole(), E·N).step with random actions;\n"
-        "   search in bfloat16 = search_precision: bfloat16, the same weights)"
+        "   search: float32 eager (default), bfloat16 = search_precision: bfloat16, compiled = compile_search: true,\n"
+        "   the same weights; the compiled variants' first searches (their compile) are in the warm-up)"
     )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Scaling: search cost against particles and depth
+# ----------------------------------------------------------------------------------------------------------------
+SCALING_ENVS = 16
+SCALING = [(n, 4) for n in (8, 16, 32, 64, 128, 256)] + [(16, d) for d in (1, 2, 8)]
+
+
+def run_scaling(quick: bool) -> None:
+    """ms per search and particle-steps/s at ``SCALING_ENVS`` envs for N = 8..256 (depth 4) and depth 1..8 (N = 16),
+    float32 and bfloat16 (eager), each the best of two interleaved measurements."""
+    torch.set_num_threads(1)
+    budget = 0.5 if quick else 1.5  # seconds per measurement
+    print(f"\n== Search scaling on CartPole, E = {SCALING_ENVS} envs, (256, 256) networks, 1 thread ==")
+    print(f"{'N':>4} {'depth':>5} {'E·N':>5} {'ms float32':>11} {'ms bfloat16':>12} {'particle-st/s f32':>18} "
+          f"{'particle-st/s bf16':>19} {'µs per E·N·depth f32':>21}")  # fmt: skip
+    for n, depth in SCALING:
+        ms = {}
+        for precision in ("float32", "bfloat16"):
+            torch.manual_seed(0)
+            module = SPO(env_spec=CartPole().spec, num_particles=n, search_depth=depth, resample_period=max(depth, 1),
+                         search_precision=precision)  # fmt: skip
+            module.eval()
+            probe = 1.0 / search_rate(module, SCALING_ENVS, 3)
+            searches = max(3, int(budget / probe))
+            ms[precision] = min(1e3 / search_rate(module, SCALING_ENVS, searches) for _ in range(2))
+        work = SCALING_ENVS * n * depth
+        print(f"{n:>4} {depth:>5} {SCALING_ENVS * n:>5} {ms['float32']:>11.2f} {ms['bfloat16']:>12.2f} "
+              f"{work / ms['float32'] * 1e3:>18,.0f} {work / ms['bfloat16'] * 1e3:>19,.0f} "
+              f"{ms['float32'] * 1e3 / work:>21.3f}")  # fmt: skip
+    print("  (resample_period = depth: one resample, at the end, as configs/spo.yaml does at depth 4)")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -426,7 +472,7 @@ def main() -> None:
     parser.add_argument("--seed-offset", type=int, default=0, help="first seed")
     parser.add_argument("--envs", default="cartpole,tictactoe,pendulum", help="comma list of " + ",".join(TASKS))
     parser.add_argument(
-        "--sections", default="learning,control,throughput", help="comma list of learning,control,throughput"
+        "--sections", default="learning,control,throughput", help="comma list of learning,control,throughput,scaling"
     )
     parser.add_argument("--verbose", action="store_true", help="print every evaluation of every run")
     parser.add_argument(
@@ -445,9 +491,9 @@ def main() -> None:
     torch.set_num_threads(1)
     seeds = args.seeds if args.seeds is not None else (1 if args.quick else 3)
     sections = {s.strip() for s in args.sections.split(",") if s.strip()}
-    unknown_sections = sections - {"learning", "control", "throughput"}
+    unknown_sections = sections - {"learning", "control", "throughput", "scaling"}
     if unknown_sections:
-        parser.error(f"--sections: unknown {sorted(unknown_sections)}; choose from learning,control,throughput")
+        parser.error(f"--sections: unknown {sorted(unknown_sections)}; choose from learning,control,throughput,scaling")
     envs = [e.strip().lower() for e in args.envs.split(",") if e.strip()]
     unknown = [e for e in envs if e not in TASKS]
     if unknown:
@@ -492,6 +538,8 @@ def main() -> None:
                 flush=True,
             )
     throughput = run_throughput(args.quick) if "throughput" in sections else None
+    if "scaling" in sections:
+        run_scaling(args.quick)
 
     if learning:
         print_learning(learning, args.verbose)
