@@ -3,6 +3,7 @@
     python benchmarks/dreamer.py                                  # speed, ratio, cartpole (seeds 0,1,2)
     python benchmarks/dreamer.py --sections speed --presets tiny,XS --speed-seconds 20
     python benchmarks/dreamer.py --sections cartpole --seeds 0 --cartpole-steps 40000 --cartpole-minutes 30
+    python benchmarks/dreamer.py --sections peer --peer-python SHEEPRL_VENV/bin/python   # ours vs sheeprl 0.8.4
     python benchmarks/dreamer.py --profile [--profile-config dreamer.yaml]   # where an update's time goes
 
 Run single-threaded (``torch.set_num_threads(1)``, set here). Sections:
@@ -13,6 +14,12 @@ Run single-threaded (``torch.set_num_threads(1)``, set here). Sections:
             steps, then up to ``--speed-steps`` steps, stopping early once ``--speed-seconds`` have passed (at least
             one step is always timed). Reports steps/s, s/step and the agent's parameter count, on CPU and, if
             ``torch.cuda.is_available()``, on CUDA too (synchronised around the timing). Information only.
+  peer      ours against sheeprl 0.8.4 (``--peer-python``: a venv with ``sheeprl==0.8.4``, ``torch==2.13.0``): the
+            ``speed`` measurement of ``XS`` on CPU (2 warm-up, then ``--peer-steps`` timed steps) alternated with
+            ``peers/sheeprl_dreamer.py`` (``algo=dreamer_v3_XS`` on CartPole-v1, 1 sync env, batch 16 × 64, H 15,
+            one torch thread; its ``train`` timed per gradient step inside a real sheeprl run, 2 warm-up calls left
+            out), ``--peer-repeats`` times each. Reports both rates, the ratio ours/sheeprl (median over the pairs)
+            and PASS/MISS against the target >= 3x (issue 13); the row does not count towards OVERALL.
   ratio     short runs (size ``tiny``, horizon 3, batch 4 × 8, ``--ratio-steps`` env steps after a 1024-step
             prefill) at several ``replay_ratio`` values and actor window / ``commit_stride`` combinations. Counted
             from outside the scheduler: optimiser steps by a post-step hook on the optimiser, env steps by the
@@ -38,12 +45,15 @@ PASS/FAIL rows; ``info`` rows do not count).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import statistics
+import subprocess
 import time
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 from _common import (  # first: it silences warnings and Lightning's INFO logging before they import
@@ -142,7 +152,7 @@ def time_preset(size: str, device: str, max_steps: int, seconds: float, warmup: 
     sync()
     warmup_s = time.perf_counter() - start
     steps = 0
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     while steps < max_steps and (steps == 0 or time.perf_counter() - start < seconds):
         step()
         steps += 1
@@ -150,6 +160,7 @@ def time_preset(size: str, device: str, max_steps: int, seconds: float, warmup: 
             sync()  # keep the wall-clock check honest under async launches
     sync()
     elapsed = time.perf_counter() - start
+    cpu_seconds = time.process_time() - cpu_start
     return {
         "size": size,
         "device": device,
@@ -159,6 +170,7 @@ def time_preset(size: str, device: str, max_steps: int, seconds: float, warmup: 
         "seconds": elapsed,
         "rate": steps / elapsed,
         "warmup_s": warmup_s,
+        "cpu_seconds": cpu_seconds,
     }
 
 
@@ -190,6 +202,99 @@ def print_speed(results: list[dict[str, Any]]) -> None:
             f"{r['size']:<6} {r['device']:<6} {r['params']:>12,} {r['trainable']:>12,} {r['steps']:>6} "
             f"{r['rate']:>9.3f} {1 / r['rate']:>8.3f}"
         )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# peer: our XS gradient step against sheeprl 0.8.4's dreamer_v3_XS, interleaved in one run
+# ----------------------------------------------------------------------------------------------------------------
+PEER_SCRIPT = Path(__file__).resolve().parent / "peers" / "sheeprl_dreamer.py"
+PEER_PRESET = "XS"
+PEER_TARGET = 3.0  # issue 13: ours >= 3x sheeprl's gradient steps/s
+PEER_WARMUP = 2
+
+
+def peer_ours(steps: int) -> dict[str, Any]:
+    """The ``speed`` measurement of ``XS`` on CPU (1 thread): ``steps`` timed gradient steps after the warm-up."""
+    torch.set_num_threads(1)
+    r = time_preset(PEER_PRESET, "cpu", steps, math.inf, warmup=PEER_WARMUP)
+    return {"side": "ours", "steps": r["steps"], "seconds": r["seconds"], "cpu_seconds": r["cpu_seconds"],
+            "rate": r["rate"], "trainable": r["trainable"], "threads": torch.get_num_threads()}  # fmt: skip
+
+
+def peer_sheeprl(peer_python: str, steps: int) -> dict[str, Any]:
+    """``peers/sheeprl_dreamer.py`` in sheeprl's venv: its ``train`` calls timed inside a real sheeprl run."""
+    cmd = [peer_python, str(PEER_SCRIPT), "--steps", str(steps), "--warmup", str(PEER_WARMUP)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("PYTHONPATH", None)  # sheeprl's venv must not import our checkout's packages
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    row = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"side": "sheeprl", "steps": row["gradient_steps"], "seconds": row["train_seconds"],
+            "cpu_seconds": row["train_cpu_seconds"], "rate": row["steps_per_second"],
+            "trainable": row["trainable_params"], "threads": row["threads"], "version": row["sheeprl"],
+            "torch": row["torch"], "run_seconds": row["run_seconds"]}  # fmt: skip
+
+
+def run_peer(peer_python: str, repeats: int, steps: int) -> list[dict[str, Any]]:
+    """Ours, sheeprl, ours, sheeprl, ...: a shared machine's load hits both sides alike."""
+    rows = []
+    for i in range(repeats):
+        for side in ("ours", "sheeprl"):
+            r = peer_ours(steps) if side == "ours" else peer_sheeprl(peer_python, steps)
+            r["repeat"] = i
+            rows.append(r)
+            print(
+                f"  [peer {side:<7} #{i}] {r['steps']} gradient steps in {r['seconds']:.1f}s "
+                f"({r['cpu_seconds']:.1f} CPU-s): {r['rate']:.3f} steps/s, {1 / r['rate']:.2f} s/step",
+                flush=True,
+            )
+    return rows
+
+
+def _peer_medians(rows: list[dict[str, Any]]) -> tuple[float, float, list[float]]:
+    ours = [r for r in rows if r["side"] == "ours"]
+    peer = [r for r in rows if r["side"] == "sheeprl"]
+    ratios = [a["rate"] / b["rate"] for a, b in zip(ours, peer)]
+    return statistics.median(r["rate"] for r in ours), statistics.median(r["rate"] for r in peer), ratios
+
+
+def print_peer(rows: list[dict[str, Any]]) -> None:
+    ours_rate, peer_rate, ratios = _peer_medians(rows)
+    ours = next(r for r in rows if r["side"] == "ours")
+    peer = next(r for r in rows if r["side"] == "sheeprl")
+    print(
+        f"\n== Peer: gradient steps/s, ours {PEER_PRESET} vs sheeprl {peer['version']} dreamer_v3_XS (torch "
+        f"{peer['torch']}), CPU, [T={SPEED_T}, B={SPEED_B}], horizon {SPEED_HORIZON}, interleaved =="
+    )
+    header = f"{'side':<8} {'run':>3} {'threads':>7} {'steps':>5} {'secs':>7} {'CPU-s':>7} {'steps/s':>8} {'s/step':>7}"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{r['side']:<8} {r['repeat']:>3} {r['threads']:>7} {r['steps']:>5} {r['seconds']:>7.1f} "
+            f"{r['cpu_seconds']:>7.1f} {r['rate']:>8.3f} {1 / r['rate']:>7.2f}"
+        )
+    cpu_ratio = statistics.median(
+        (b["cpu_seconds"] / b["steps"]) / (a["cpu_seconds"] / a["steps"])
+        for a, b in zip([r for r in rows if r["side"] == "ours"], [r for r in rows if r["side"] == "sheeprl"])
+    )
+    verdict = "PASS" if statistics.median(ratios) >= PEER_TARGET else "MISS"
+    print(f"  ours     {ours_rate:.3f} gradient steps/s (median of {len(ratios)})")
+    print(f"  sheeprl  {peer_rate:.3f} gradient steps/s")
+    print(
+        f"  ratio ours/sheeprl {statistics.median(ratios):.2f} (pairs: {', '.join(f'{x:.2f}' for x in ratios)}; "
+        f"per CPU-s {cpu_ratio:.2f}); target >= {PEER_TARGET:g}: {verdict}"
+    )
+    print(
+        f"  same sizes, different recipes: trainable parameters ours {ours['trainable']:,} vs sheeprl "
+        f"{peer['trainable']:,}. Both: deter 256, units 256, 1-layer MLPs and heads, 32x32 latents, 255 bins, SiLU.\n"
+        "  Ours (the speed section's DreamerV3(size='XS'), 2024 defaults): RMSNorm, the 2024 GRU cell (separate\n"
+        "  deter/stoch/action input layers + one hidden layer), 2-layer prior head, replay-value loss (repval 0.3),\n"
+        "  one LaProp optimiser with AGC. sheeprl: LayerNorm GRU (v1), 1-layer prior, three fused Adams (global-norm\n"
+        "  clips). Timed: ours DreamerV3.update + slow-critic EMA on one fixed synthetic batch; sheeprl its train()\n"
+        "  per gradient step inside a real CartPole run (fresh replay batches, its EMA before train() not timed)."
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -436,6 +541,7 @@ def summarise(
     budget: int,
     target: float = CARTPOLE_TARGET,
     catch: list[tuple[RunResult, dict[str, Any], bool]] | None = None,
+    peer: list[dict[str, Any]] | None = None,
 ) -> bool | None:
     rows: list[tuple[str, str, str, str]] = []
     verdicts: list[bool] = []
@@ -450,6 +556,14 @@ def summarise(
             f"{r['rate']:.3f} steps/s = {1 / r['rate']:.3f} s/step ({r['steps']} steps)",
             "-",
             "info",
+        ))  # fmt: skip
+    if peer:
+        ours_rate, peer_rate, ratios = _peer_medians(peer)
+        rows.append((
+            f"Peer: ours {PEER_PRESET} / sheeprl dreamer_v3_XS gradient steps/s (CPU, 1 thread, 64x16, H 15)",
+            f"{statistics.median(ratios):.2f}x ({ours_rate:.3f} vs {peer_rate:.3f} steps/s, median of {len(ratios)})",
+            f">= {PEER_TARGET:g}x",
+            "PASS" if statistics.median(ratios) >= PEER_TARGET else "MISS",
         ))  # fmt: skip
     for s in ratio or []:
         rows.append((
@@ -522,11 +636,16 @@ PROFILE_PARTS = [
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", default="speed,ratio,cartpole", help="comma list of speed,ratio,cartpole,catch")
+    parser.add_argument(
+        "--sections", default="speed,ratio,cartpole", help="comma list of speed,ratio,cartpole,catch,peer"
+    )
     parser.add_argument("--seeds", default="0,1,2", help="comma list of CartPole seeds (default 0,1,2)")
     parser.add_argument("--presets", default=",".join(SPEED_PRESETS), help="comma list of size presets for speed")
     parser.add_argument("--speed-steps", type=int, default=20, help="most timed gradient steps per preset")
     parser.add_argument("--speed-seconds", type=float, default=60.0, help="time box per preset (after warm-up)")
+    parser.add_argument("--peer-python", default=None, help="python of a venv with sheeprl==0.8.4 (section peer)")
+    parser.add_argument("--peer-repeats", type=int, default=2, help="peer: runs of each side, interleaved")
+    parser.add_argument("--peer-steps", type=int, default=20, help="peer: timed gradient steps per run and side")
     parser.add_argument("--ratio-steps", type=int, default=3072, help="env steps after the prefill per ratio run")
     parser.add_argument(
         "--cartpole-steps", type=int, default=None, help="env-step budget per seed (default: the config's)"
@@ -553,9 +672,11 @@ def main() -> None:
         profile_fit(args.profile_config, PROFILE_PARTS, updates=10, extra=overrides_to_args(args.override))
         return
     sections = set(_csv(args.sections))
-    unknown = sections - {"speed", "ratio", "cartpole", "catch"}
+    unknown = sections - {"speed", "ratio", "cartpole", "catch", "peer"}
     if unknown:
-        parser.error(f"--sections: unknown {sorted(unknown)}; choose from speed,ratio,cartpole,catch")
+        parser.error(f"--sections: unknown {sorted(unknown)}; choose from speed,ratio,cartpole,catch,peer")
+    if "peer" in sections and args.peer_python is None:
+        parser.error("--sections peer needs --peer-python (a venv with sheeprl==0.8.4 and torch==2.13.0)")
     presets = _csv(args.presets)
     seeds = [int(s) for s in _csv(args.seeds)]
     budget = args.cartpole_steps if args.cartpole_steps is not None else int(config_data()["total_env_steps"])
@@ -567,6 +688,7 @@ def main() -> None:
         print(f"  overrides: {' '.join(args.override)}")
 
     speed = run_speed(presets, args.speed_steps, args.speed_seconds) if "speed" in sections else None
+    peer = run_peer(args.peer_python, args.peer_repeats, args.peer_steps) if "peer" in sections else None
     ratio = None
     if "ratio" in sections:
         ratio = []
@@ -614,11 +736,13 @@ def main() -> None:
 
     if speed is not None:
         print_speed(speed)
+    if peer is not None:
+        print_peer(peer)
     if ratio is not None:
         print_ratio(ratio)
     if cartpole is not None:
         print_cartpole(cartpole, args.verbose, args.cartpole_target)
-    overall = summarise(speed, ratio, cartpole, budget, args.cartpole_target, catch)
+    overall = summarise(speed, ratio, cartpole, budget, args.cartpole_target, catch, peer)
     if overall is not None:
         print(f"\nOVERALL: {'PASS' if overall else 'FAIL'}")
 
