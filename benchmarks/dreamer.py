@@ -124,8 +124,11 @@ def synthetic_batch(T: int, B: int, obs_dim: int, num_actions: int, seed: int = 
     )
 
 
-def time_preset(size: str, device: str, max_steps: int, seconds: float, warmup: int = 2) -> dict[str, Any]:
-    """Warm up, then time ``DreamerV3.update`` (one gradient step per call) until ``max_steps`` or ``seconds``."""
+def time_preset(
+    size: str, device: str, max_steps: int, seconds: float, warmup: int = 2, precision: str = "32-true"
+) -> dict[str, Any]:
+    """Warm up, then time ``DreamerV3.update`` (one gradient step per call) until ``max_steps`` or ``seconds``;
+    ``precision="bf16-mixed"`` runs it under the bfloat16 autocast Lightning's ``bf16-mixed`` wraps it in."""
     torch.manual_seed(0)
     spec = CartPole().spec
     model = DreamerV3(env_spec=spec, size=size, horizon=SPEED_HORIZON).to(device)
@@ -137,8 +140,11 @@ def time_preset(size: str, device: str, max_steps: int, seconds: float, warmup: 
     critic, slow = model.target_networks()[0]
     online, target = list(critic.parameters()), list(slow.parameters())
 
+    low = precision == "bf16-mixed"
+
     def step() -> None:
-        model.update(batches, optimizer)
+        with torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=low):
+            model.update(batches, optimizer)
         with torch.no_grad():
             torch._foreach_lerp_(target, online, model.hparams.tau)  # what SoftTargetUpdate does after each step
 
@@ -171,15 +177,16 @@ def time_preset(size: str, device: str, max_steps: int, seconds: float, warmup: 
         "rate": steps / elapsed,
         "warmup_s": warmup_s,
         "cpu_seconds": cpu_seconds,
+        "precision": precision,
     }
 
 
-def run_speed(presets: list[str], max_steps: int, seconds: float) -> list[dict[str, Any]]:
+def run_speed(presets: list[str], max_steps: int, seconds: float, precision: str = "32-true") -> list[dict[str, Any]]:
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     results = []
     for device in devices:
         for size in presets:
-            r = time_preset(size, device, max_steps, seconds)
+            r = time_preset(size, device, max_steps, seconds, precision=precision)
             results.append(r)
             print(
                 f"  [speed {size} {device}] {r['steps']} steps in {r['seconds']:.1f}s: {r['rate']:.3f} steps/s, "
@@ -192,7 +199,7 @@ def run_speed(presets: list[str], max_steps: int, seconds: float) -> list[dict[s
 def print_speed(results: list[dict[str, Any]]) -> None:
     print(
         f"\n== Speed: DreamerV3.update, one gradient step on [T={SPEED_T}, B={SPEED_B}] (CartPole rows), "
-        f"horizon {SPEED_HORIZON}, LaProp, threads {torch.get_num_threads()} =="
+        f"horizon {SPEED_HORIZON}, LaProp, threads {torch.get_num_threads()}, precision {results[0]['precision']} =="
     )
     header = f"{'size':<6} {'device':<6} {'params':>12} {'trainable':>12} {'steps':>6} {'steps/s':>9} {'s/step':>8}"
     print(header)
@@ -213,39 +220,44 @@ PEER_TARGET = 3.0  # issue 13: ours >= 3x sheeprl's gradient steps/s
 PEER_WARMUP = 2
 
 
-def peer_ours(steps: int) -> dict[str, Any]:
+def peer_ours(steps: int, precision: str) -> dict[str, Any]:
     """The ``speed`` measurement of ``XS`` on CPU (1 thread): ``steps`` timed gradient steps after the warm-up."""
     torch.set_num_threads(1)
-    r = time_preset(PEER_PRESET, "cpu", steps, math.inf, warmup=PEER_WARMUP)
-    return {"side": "ours", "steps": r["steps"], "seconds": r["seconds"], "cpu_seconds": r["cpu_seconds"],
-            "rate": r["rate"], "trainable": r["trainable"], "threads": torch.get_num_threads()}  # fmt: skip
+    r = time_preset(PEER_PRESET, "cpu", steps, math.inf, warmup=PEER_WARMUP, precision=precision)
+    return {
+        "side": "ours", "precision": precision, "steps": r["steps"], "seconds": r["seconds"],
+        "cpu_seconds": r["cpu_seconds"], "rate": r["rate"], "trainable": r["trainable"],
+        "threads": torch.get_num_threads(),
+    }  # fmt: skip
 
 
-def peer_sheeprl(peer_python: str, steps: int) -> dict[str, Any]:
+def peer_sheeprl(peer_python: str, steps: int, precision: str) -> dict[str, Any]:
     """``peers/sheeprl_dreamer.py`` in sheeprl's venv: its ``train`` calls timed inside a real sheeprl run."""
     cmd = [peer_python, str(PEER_SCRIPT), "--steps", str(steps), "--warmup", str(PEER_WARMUP)]
+    cmd += ["--precision", precision]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("PYTHONPATH", None)  # sheeprl's venv must not import our checkout's packages
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     row = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {"side": "sheeprl", "steps": row["gradient_steps"], "seconds": row["train_seconds"],
+    return {"side": "sheeprl", "precision": precision, "steps": row["gradient_steps"], "seconds": row["train_seconds"],
             "cpu_seconds": row["train_cpu_seconds"], "rate": row["steps_per_second"],
             "trainable": row["trainable_params"], "threads": row["threads"], "version": row["sheeprl"],
             "torch": row["torch"], "run_seconds": row["run_seconds"]}  # fmt: skip
 
 
-def run_peer(peer_python: str, repeats: int, steps: int) -> list[dict[str, Any]]:
-    """Ours, sheeprl, ours, sheeprl, ...: a shared machine's load hits both sides alike."""
+def run_peer(peer_python: str, repeats: int, steps: int, precision: str = "32-true") -> list[dict[str, Any]]:
+    """Ours, sheeprl, ours, sheeprl, ...: a shared machine's load hits both sides alike. Both sides run at
+    ``precision`` (``32-true`` or ``bf16-mixed``: Lightning's and Fabric's names for the same autocast)."""
     rows = []
     for i in range(repeats):
         for side in ("ours", "sheeprl"):
-            r = peer_ours(steps) if side == "ours" else peer_sheeprl(peer_python, steps)
+            r = peer_ours(steps, precision) if side == "ours" else peer_sheeprl(peer_python, steps, precision)
             r["repeat"] = i
             rows.append(r)
             print(
-                f"  [peer {side:<7} #{i}] {r['steps']} gradient steps in {r['seconds']:.1f}s "
+                f"  [peer {side:<7} {precision} #{i}] {r['steps']} gradient steps in {r['seconds']:.1f}s "
                 f"({r['cpu_seconds']:.1f} CPU-s): {r['rate']:.3f} steps/s, {1 / r['rate']:.2f} s/step",
                 flush=True,
             )
@@ -265,7 +277,8 @@ def print_peer(rows: list[dict[str, Any]]) -> None:
     peer = next(r for r in rows if r["side"] == "sheeprl")
     print(
         f"\n== Peer: gradient steps/s, ours {PEER_PRESET} vs sheeprl {peer['version']} dreamer_v3_XS (torch "
-        f"{peer['torch']}), CPU, [T={SPEED_T}, B={SPEED_B}], horizon {SPEED_HORIZON}, interleaved =="
+        f"{peer['torch']}), CPU, [T={SPEED_T}, B={SPEED_B}], horizon {SPEED_HORIZON}, precision "
+        f"{peer['precision']} on both sides, interleaved =="
     )
     header = f"{'side':<8} {'run':>3} {'threads':>7} {'steps':>5} {'secs':>7} {'CPU-s':>7} {'steps/s':>8} {'s/step':>7}"
     print(header)
@@ -646,6 +659,10 @@ def main() -> None:
     parser.add_argument("--peer-python", default=None, help="python of a venv with sheeprl==0.8.4 (section peer)")
     parser.add_argument("--peer-repeats", type=int, default=2, help="peer: runs of each side, interleaved")
     parser.add_argument("--peer-steps", type=int, default=20, help="peer: timed gradient steps per run and side")
+    parser.add_argument(
+        "--precision", default="32-true", choices=("32-true", "bf16-mixed"),
+        help="speed and peer: float32, or the bfloat16 autocast of trainer.precision bf16-mixed (both peer sides)",
+    )  # fmt: skip
     parser.add_argument("--ratio-steps", type=int, default=3072, help="env steps after the prefill per ratio run")
     parser.add_argument(
         "--cartpole-steps", type=int, default=None, help="env-step budget per seed (default: the config's)"
@@ -687,8 +704,10 @@ def main() -> None:
     if args.override:
         print(f"  overrides: {' '.join(args.override)}")
 
-    speed = run_speed(presets, args.speed_steps, args.speed_seconds) if "speed" in sections else None
-    peer = run_peer(args.peer_python, args.peer_repeats, args.peer_steps) if "peer" in sections else None
+    speed = run_speed(presets, args.speed_steps, args.speed_seconds, args.precision) if "speed" in sections else None
+    peer = (
+        run_peer(args.peer_python, args.peer_repeats, args.peer_steps, args.precision) if "peer" in sections else None
+    )
     ratio = None
     if "ratio" in sections:
         ratio = []

@@ -4,12 +4,13 @@ Not part of the package: ``benchmarks/dreamer.py --sections peer`` calls it as a
 venv holding ``sheeprl==0.8.4`` and ``torch==2.13.0``); it prints one JSON line (the last line of its stdout).
 
     /work/sheeprlvenv/bin/python benchmarks/peers/sheeprl_dreamer.py [--steps 20] [--warmup 2] [--seed 42]
+        [--precision 32-true|bf16-mixed]
 
 It runs sheeprl's own command line (``sheeprl.cli.run``, the ``sheeprl`` entry point, called in-process with these
 Hydra overrides) in a temporary directory, which it deletes afterwards:
 
     exp=dreamer_v3 algo=dreamer_v3_XS env=gym env.id=CartPole-v1 env.num_envs=1 env.sync_env=True
-    env.capture_video=False fabric.accelerator=cpu fabric.devices=1 fabric.precision=32-true num_threads=1
+    env.capture_video=False fabric.accelerator=cpu fabric.devices=1 fabric.precision=PRECISION num_threads=1
     algo.per_rank_batch_size=16 algo.per_rank_sequence_length=64 algo.horizon=15 algo.replay_ratio=0.25
     algo.learning_starts=1024 algo.per_rank_pretrain_steps=0 algo.total_steps=1024+4*(warmup+steps)
     algo.cnn_keys.encoder=[] algo.cnn_keys.decoder=[] algo.mlp_keys.encoder=[vector] algo.mlp_keys.decoder=[vector]
@@ -54,7 +55,7 @@ import torch  # noqa: E402
 T, B, HORIZON, REPLAY_RATIO, LEARNING_STARTS = 64, 16, 15, 0.25, 1024
 
 
-def overrides(total_steps: int, seed: int) -> list[str]:
+def overrides(total_steps: int, seed: int, precision: str = "32-true") -> list[str]:
     return [
         "exp=dreamer_v3",
         "algo=dreamer_v3_XS",
@@ -65,7 +66,7 @@ def overrides(total_steps: int, seed: int) -> list[str]:
         "env.capture_video=False",
         "fabric.accelerator=cpu",
         "fabric.devices=1",
-        "fabric.precision=32-true",
+        f"fabric.precision={precision}",
         "num_threads=1",
         f"algo.per_rank_batch_size={B}",
         f"algo.per_rank_sequence_length={T}",
@@ -95,6 +96,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="timed gradient steps (after the warm-up ones)")
     parser.add_argument("--warmup", type=int, default=2, help="first gradient steps left out of the rate")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--precision", default="32-true", help="fabric.precision: 32-true or bf16-mixed")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -125,7 +127,7 @@ def main() -> None:
     start = time.perf_counter()
     try:
         os.chdir(tmp)  # Hydra's run directory and sheeprl's log directory land here
-        sys.argv = ["sheeprl", *overrides(total_steps, args.seed)]
+        sys.argv = ["sheeprl", *overrides(total_steps, args.seed, args.precision)]
         with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):
             warnings.simplefilter("ignore")
             run()

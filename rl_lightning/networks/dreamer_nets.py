@@ -82,12 +82,28 @@ def check_norm(norm: str) -> None:
         raise ConfigError(f"norm={norm!r} is invalid: choose one of {list(NORMS)} ('rms' 2024, 'layer' v1)")
 
 
+class _Float32Norm(nn.Module):
+    """Normalises in float32 and hands back the input's dtype, as the official code's norms do: under
+    ``bf16-mixed`` the statistics stay exact and the scale meets its float32 weight (a no-op in float32)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.float()).to(x.dtype)  # type: ignore[misc]
+
+
+class RMSNorm(_Float32Norm, nn.RMSNorm):
+    """``nn.RMSNorm`` computed in float32."""
+
+
+class LayerNorm(_Float32Norm, nn.LayerNorm):
+    """``nn.LayerNorm`` computed in float32."""
+
+
 def make_norm(norm: str, dim: int) -> nn.Module:
     """``"rms"``: RMSNorm with a scale and no additive offset (2024); ``"layer"``: LayerNorm eps 1e-3 (v1)."""
     check_norm(norm)
     if norm == "rms":
-        return nn.RMSNorm(dim, eps=_RMS_EPS)
-    return nn.LayerNorm(dim, eps=_LAYER_EPS)
+        return RMSNorm(dim, eps=_RMS_EPS)
+    return LayerNorm(dim, eps=_LAYER_EPS)
 
 
 def make_act(act: str = "silu") -> nn.Module:
@@ -176,7 +192,9 @@ class Head(nn.Module):
         self.out_dim = out_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.trunk(x))
+        # Distributions and losses read float32 logits, also when the trunk runs in bfloat16 (trainer.precision
+        # bf16-mixed), as the official code's heads do.
+        return self.out(self.trunk(x)).float()
 
 
 class MLPEncoder(nn.Module):
@@ -309,4 +327,4 @@ class CNNDecoder(nn.Module):
     def forward(self, feature: torch.Tensor) -> torch.Tensor:
         lead = feature.shape[:-1]
         x = self.space(feature.reshape(-1, feature.shape[-1])).reshape(-1, *self.start_shape)
-        return self.stages(x).reshape(*lead, *self.obs_shape)
+        return self.stages(x).reshape(*lead, *self.obs_shape).float()
