@@ -86,7 +86,7 @@ from rl_lightning.envs import CartPole
 
 CONFIG = "dreamer.yaml"
 SPEED_T, SPEED_B, SPEED_HORIZON = 64, 16, 15
-SPEED_PRESETS = ("tiny", "XS", "S", "12M")
+SPEED_PRESETS = ("tiny", "XS", "S", "M", "12M")
 CARTPOLE_TARGET = 400.0  # default of --cartpole-target
 CATCH_CONFIG = "dreamer_catch.yaml"
 CATCH_TARGET = 0.8  # mean return over evaluation episodes: +1 catch, -1 miss; uniform-random play scores about -0.76
@@ -125,7 +125,13 @@ def synthetic_batch(T: int, B: int, obs_dim: int, num_actions: int, seed: int = 
 
 
 def time_preset(
-    size: str, device: str, max_steps: int, seconds: float, warmup: int = 2, precision: str = "32-true"
+    size: str,
+    device: str,
+    max_steps: int,
+    seconds: float,
+    warmup: int = 2,
+    precision: str = "32-true",
+    batch_size: int = SPEED_B,
 ) -> dict[str, Any]:
     """Warm up, then time ``DreamerV3.update`` (one gradient step per call) until ``max_steps`` or ``seconds``;
     ``precision="bf16-mixed"`` runs it under the bfloat16 autocast Lightning's ``bf16-mixed`` wraps it in."""
@@ -136,7 +142,7 @@ def time_preset(
     optimizer = model.configure_optimizers()
     params = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    batches = synthetic_batch(SPEED_T, SPEED_B, spec.obs_shape[0], spec.num_actions).unsqueeze(0).to(device)
+    batches = synthetic_batch(SPEED_T, batch_size, spec.obs_shape[0], spec.num_actions).unsqueeze(0).to(device)
     critic, slow = model.target_networks()[0]
     online, target = list(critic.parameters()), list(slow.parameters())
 
@@ -178,15 +184,20 @@ def time_preset(
         "warmup_s": warmup_s,
         "cpu_seconds": cpu_seconds,
         "precision": precision,
+        "batch": batch_size,
     }
 
 
-def run_speed(presets: list[str], max_steps: int, seconds: float, precision: str = "32-true") -> list[dict[str, Any]]:
+def run_speed(
+    presets: list[str], max_steps: int, seconds: float, precision: str = "32-true", batch_sizes: tuple[int, ...] = ()
+) -> list[dict[str, Any]]:
+    """Every preset at batch ``SPEED_B``, then the first preset at each of ``batch_sizes`` (the batch scaling)."""
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    cases = [(size, SPEED_B) for size in presets] + [(presets[0], b) for b in batch_sizes if b != SPEED_B]
     results = []
     for device in devices:
-        for size in presets:
-            r = time_preset(size, device, max_steps, seconds, precision=precision)
+        for size, batch in cases:
+            r = time_preset(size, device, max_steps, seconds, precision=precision, batch_size=batch)
             results.append(r)
             print(
                 f"  [speed {size} {device}] {r['steps']} steps in {r['seconds']:.1f}s: {r['rate']:.3f} steps/s, "
@@ -198,16 +209,19 @@ def run_speed(presets: list[str], max_steps: int, seconds: float, precision: str
 
 def print_speed(results: list[dict[str, Any]]) -> None:
     print(
-        f"\n== Speed: DreamerV3.update, one gradient step on [T={SPEED_T}, B={SPEED_B}] (CartPole rows), "
+        f"\n== Speed: DreamerV3.update, one gradient step on [T={SPEED_T}, B] (CartPole rows), "
         f"horizon {SPEED_HORIZON}, LaProp, threads {torch.get_num_threads()}, precision {results[0]['precision']} =="
     )
-    header = f"{'size':<6} {'device':<6} {'params':>12} {'trainable':>12} {'steps':>6} {'steps/s':>9} {'s/step':>8}"
+    header = (
+        f"{'size':<6} {'device':<6} {'B':>4} {'params':>12} {'trainable':>12} {'steps':>6} {'steps/s':>9} "
+        f"{'s/step':>8} {'ms per B·T row':>15}"
+    )
     print(header)
     print("-" * len(header))
     for r in results:
         print(
-            f"{r['size']:<6} {r['device']:<6} {r['params']:>12,} {r['trainable']:>12,} {r['steps']:>6} "
-            f"{r['rate']:>9.3f} {1 / r['rate']:>8.3f}"
+            f"{r['size']:<6} {r['device']:<6} {r['batch']:>4} {r['params']:>12,} {r['trainable']:>12,} "
+            f"{r['steps']:>6} {r['rate']:>9.3f} {1 / r['rate']:>8.3f} {1e3 / r['rate'] / (r['batch'] * SPEED_T):>15.3f}"
         )
 
 
@@ -654,6 +668,9 @@ def main() -> None:
     )
     parser.add_argument("--seeds", default="0,1,2", help="comma list of CartPole seeds (default 0,1,2)")
     parser.add_argument("--presets", default=",".join(SPEED_PRESETS), help="comma list of size presets for speed")
+    parser.add_argument(
+        "--batch-sizes", default="", help="speed: also time the first preset at these batch sizes, e.g. 4,8,32,64"
+    )
     parser.add_argument("--speed-steps", type=int, default=20, help="most timed gradient steps per preset")
     parser.add_argument("--speed-seconds", type=float, default=60.0, help="time box per preset (after warm-up)")
     parser.add_argument("--peer-python", default=None, help="python of a venv with sheeprl==0.8.4 (section peer)")
@@ -704,7 +721,12 @@ def main() -> None:
     if args.override:
         print(f"  overrides: {' '.join(args.override)}")
 
-    speed = run_speed(presets, args.speed_steps, args.speed_seconds, args.precision) if "speed" in sections else None
+    batch_sizes = tuple(int(b) for b in _csv(args.batch_sizes))
+    speed = (
+        run_speed(presets, args.speed_steps, args.speed_seconds, args.precision, batch_sizes)
+        if "speed" in sections
+        else None
+    )
     peer = (
         run_peer(args.peer_python, args.peer_repeats, args.peer_steps, args.precision) if "peer" in sections else None
     )

@@ -28,6 +28,8 @@ def test_preset_lookup() -> None:
     assert (twelve.deter, twelve.hidden, twelve.stoch, twelve.classes, twelve.cnn_depth) == (2048, 256, 32, 16, 16)
     assert twelve.blocks == 8
     assert dreamer_size("S").mlp_layers == 2
+    medium = dreamer_size("M")  # sheeprl's dreamer_v3_M: GRU 1024, dense 640, 3 MLP layers, CNN multiplier 48
+    assert (medium.deter, medium.hidden, medium.mlp_layers, medium.cnn_depth, medium.blocks) == (1024, 640, 3, 48, 1)
     for size in DREAMER_SIZES.values():
         assert size.deter % size.blocks == 0
 

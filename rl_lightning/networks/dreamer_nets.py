@@ -56,9 +56,10 @@ class DreamerSize:
 DREAMER_SIZES: dict[str, DreamerSize] = {
     # Debug/test size: everything tiny so a CPU update takes milliseconds.
     "tiny": DreamerSize(deter=32, hidden=32, stoch=4, classes=4, cnn_depth=4, mlp_layers=1, head_layers=1, blocks=1),
-    # v1 sizes as in sheeprl's dreamer_v3_{XS,S}.yaml (32×32 latents, heads as deep as the MLPs).
+    # v1 sizes as in sheeprl's dreamer_v3_{XS,S,M}.yaml (32×32 latents, heads as deep as the MLPs).
     "XS": DreamerSize(deter=256, hidden=256, stoch=32, classes=32, cnn_depth=24, mlp_layers=1, head_layers=1, blocks=1),
     "S": DreamerSize(deter=512, hidden=512, stoch=32, classes=32, cnn_depth=32, mlp_layers=2, head_layers=2, blocks=1),
+    "M": DreamerSize(deter=1024, hidden=640, stoch=32, classes=32, cnn_depth=48, mlp_layers=3, head_layers=3, blocks=1),
     # 2024 sizes (configs.yaml): 8 GRU blocks, classes = CNN depth = hidden/16, 1-layer reward/continue heads.
     "1M": DreamerSize(deter=512, hidden=64, stoch=32, classes=4, cnn_depth=4, mlp_layers=3, head_layers=1, blocks=8),
     "12M": DreamerSize(

@@ -45,7 +45,7 @@ class DreamerV3(RLModule):
 
     Args:
         env_spec: linked from ``data.env_spec`` by the CLI.
-        size: network preset by name: ``tiny``, ``XS``, ``S`` (2023-style) or ``1M``, ``12M``, ``25M`` (2024).
+        size: network preset by name: ``tiny``, ``XS``, ``S``, ``M`` (2023-style) or ``1M``, ``12M``, ``25M`` (2024).
         optimizer: ``laprop`` (2024: AGC + LaProp, one chain) or ``adam`` (global-norm clip ``max_grad_norm``).
         lr: learning rate.
         eps: optimiser epsilon (1e-20 for LaProp; use ~1e-8 for Adam).
