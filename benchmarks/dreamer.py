@@ -579,7 +579,7 @@ def summarise(
 
     for r in speed or []:
         rows.append((
-            f"Speed {r['size']} ({r['params'] / 1e6:.2f}M params) on {r['device']}: grad steps/s",
+            f"Speed {r['size']} B={r['batch']} ({r['params'] / 1e6:.2f}M params) on {r['device']}: grad steps/s",
             f"{r['rate']:.3f} steps/s = {1 / r['rate']:.3f} s/step ({r['steps']} steps)",
             "-",
             "info",

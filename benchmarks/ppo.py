@@ -37,6 +37,8 @@ from _common import median_or_inf as _median_or_inf
 import lightning.pytorch as pl
 import torch
 from _bare_ppo import hand_written_update
+from _cartpole_peer import print_peer as print_cartpole_peer
+from _cartpole_peer import run_peer as run_cartpole_peer
 from _profile import Part, profile_fit
 from tensordict import TensorDict
 
@@ -421,12 +423,14 @@ def main() -> None:
     parser.add_argument(
         "--sections",
         default="learning,throughput,overhead",
-        help="comma list of learning,throughput,overhead,repro (repro: the first env's first seed run twice)",
+        help="comma list of learning,throughput,overhead,repro,peer (repro: the first env's first seed twice; peer: "
+        "CartPole time to solve vs SB3, needs --peer-python)",
     )
     parser.add_argument("--verbose", action="store_true", help="print every evaluation of every run")
     parser.add_argument("--profile", action="store_true", help="only print the cProfile breakdown of a short fit")
     parser.add_argument("--profile-config", default="ppo.yaml", help="bundled config to profile (default ppo.yaml)")
     parser.add_argument("--overhead-config", default="ppo.yaml", help="bundled config of the overhead section")
+    parser.add_argument("--peer-python", default=None, help="python of a venv with stable-baselines3 (section peer)")
     parser.add_argument(
         "--override",
         action="append",
@@ -463,6 +467,13 @@ def main() -> None:
                     flush=True,
                 )
         all_pass = print_learning(results, args.verbose)
+    if "peer" in sections:
+        if args.peer_python is None:
+            parser.error("--sections peer needs --peer-python (a venv with stable-baselines3 and torch==2.13.0)")
+        seed_list = list(range(args.seed_offset, args.seed_offset + seeds))
+        extra = overrides_to_args(args.override)
+        rows = run_cartpole_peer(seed_list, args.peer_python, lambda s: run_learning(TASKS["cartpole"], s, extra))
+        all_pass &= print_cartpole_peer(rows)
     if "repro" in sections:
         seed = args.seed_offset
         same, first, second = run_repro(TASKS[envs[0]], seed, overrides_to_args(args.override))

@@ -6,10 +6,14 @@ Not part of the package: the benchmarks call it as a subprocess with ``--peer-py
     python sb3_ppo.py train --env halfcheetah --total-env-steps 100000 [--seed 0] [--eval-episodes 0]
     python sb3_ppo.py collect --env halfcheetah --num-envs 8 --steps 2000 --vec dummy|subproc
     python sb3_ppo.py collect --env breakout --num-envs 8 --steps 500 --vec subproc
+    python sb3_ppo.py solve --env cartpole --seed 0 [--eval-every 1024 --eval-episodes 20 --target 475]
 
 ``train`` times ``model.learn`` (training only; the optional evaluation afterwards is timed apart).
 Settings are rl-baselines3-zoo's (``hyperparams/ppo.yml``): HalfCheetah (``normalize: true`` → ``VecNormalize``
 with the agent's γ), CartPole-v1, and Atari (``AtariWrapper``, 8 envs, ``CnnPolicy``).
+``solve`` trains until the first evaluation (``--eval-episodes`` deterministic episodes on a separate env, every
+``--eval-every`` env steps, checked after each update as ``benchmarks/ppo.py``'s learning section does) reaches
+``--target``, and reports the env steps there and the training seconds (evaluation time taken out).
 ``collect`` times ``PPO.collect_rollouts`` (policy forward, sampling, env step, rollout-buffer writes: SB3's own
 collection loop) into a buffer of ``steps`` ticks, after a warm-up rollout, and the raw rate of the same VecEnv
 stepped with random actions.
@@ -25,8 +29,15 @@ import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_atari_env, make_vec_env
+from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFrameStack, VecNormalize
+
+
+def linear(start: float):
+    """rl-zoo's ``lin_<start>``: ``start`` decayed linearly to 0 over ``learn``'s ``total_timesteps``."""
+    return lambda progress_remaining: progress_remaining * start
 
 
 def zoo_settings(env: str) -> dict:
@@ -42,8 +53,8 @@ def zoo_settings(env: str) -> dict:
     if env == "cartpole":
         return {
             "n_envs": 8, "normalize": False, "policy": "MlpPolicy", "n_steps": 32, "batch_size": 256,
-            "gae_lambda": 0.8, "gamma": 0.98, "n_epochs": 20, "ent_coef": 0.0, "learning_rate": 0.001,
-            "clip_range": 0.2,
+            "gae_lambda": 0.8, "gamma": 0.98, "n_epochs": 20, "ent_coef": 0.0,
+            "learning_rate": linear(0.001), "clip_range": linear(0.2),  # zoo's lin_0.001, lin_0.2 (over 1e5 steps)
         }  # fmt: skip
     if env == "breakout":
         return {
@@ -112,6 +123,44 @@ def train(args: argparse.Namespace) -> dict:
     return out
 
 
+class SolveCallback(BaseCallback):
+    """After each update (the start of the next rollout), evaluate when env steps pass a multiple of ``every``; stop
+    learning at the first evaluation whose mean return reaches ``target``. Evaluation time is summed apart."""
+
+    def __init__(self, eval_env, every: int, episodes: int, target: float) -> None:
+        super().__init__()
+        self.eval_env, self.every, self.episodes, self.target = eval_env, every, episodes, target
+        self.next_eval, self.eval_seconds, self.crossed_at = every, 0.0, None
+        self.history: list[tuple[int, float]] = []
+
+    def _on_rollout_start(self) -> None:
+        if self.crossed_at is not None or self.num_timesteps < self.next_eval:
+            return
+        while self.next_eval <= self.num_timesteps:
+            self.next_eval += self.every
+        start = time.perf_counter()
+        mean, _ = evaluate_policy(self.model, self.eval_env, n_eval_episodes=self.episodes, deterministic=True)
+        self.eval_seconds += time.perf_counter() - start
+        self.history.append((int(self.num_timesteps), float(mean)))
+        if mean >= self.target:
+            self.crossed_at = int(self.num_timesteps)
+
+    def _on_step(self) -> bool:
+        return self.crossed_at is None
+
+
+def solve(args: argparse.Namespace) -> dict:
+    model, _ = build(args.env, None, args.seed, "dummy")
+    eval_env = make_vec_env(ENV_IDS[args.env], n_envs=1, seed=10_000 + args.seed)
+    callback = SolveCallback(eval_env, args.eval_every, args.eval_episodes, args.target)
+    start = time.perf_counter()
+    model.learn(total_timesteps=args.total_env_steps, callback=callback)
+    wall = time.perf_counter() - start
+    return {"peer": "sb3", "env": args.env, "seed": args.seed, "crossed": callback.crossed_at is not None,
+            "env_steps": callback.crossed_at or int(model.num_timesteps), "train_seconds": wall - callback.eval_seconds,
+            "eval_seconds": callback.eval_seconds, "history": callback.history}  # fmt: skip
+
+
 def collect(args: argparse.Namespace) -> dict:
     model, venv = build(args.env, args.num_envs, args.seed, args.vec)
     from stable_baselines3.common.buffers import RolloutBuffer
@@ -140,7 +189,7 @@ def collect(args: argparse.Namespace) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["train", "collect"])
+    parser.add_argument("mode", choices=["train", "collect", "solve"])
     parser.add_argument("--env", default="halfcheetah")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--total-env-steps", type=int, default=100_000)
@@ -150,9 +199,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="collect: best of this many")
     parser.add_argument("--vec", choices=["dummy", "subproc"], default="dummy")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--eval-every", type=int, default=1024, help="solve: env steps between evaluations")
+    parser.add_argument("--target", type=float, default=475.0, help="solve: mean evaluation return that stops it")
     args = parser.parse_args()
+    if args.mode == "solve" and args.eval_episodes == 0:
+        args.eval_episodes = 20
     torch.set_num_threads(args.threads)
-    print(json.dumps(train(args) if args.mode == "train" else collect(args)), flush=True)
+    modes = {"train": train, "collect": collect, "solve": solve}
+    print(json.dumps(modes[args.mode](args)), flush=True)
 
 
 if __name__ == "__main__":
