@@ -102,11 +102,17 @@ def run_throughput(num_envs: int, ticks: int, fit_steps: int, peer_python: str |
 
 def print_throughput(r: dict[str, Any]) -> None:
     print(f"\n== Breakout, baselines preset, {r['num_envs']} envs: env (agent) steps/s, 2 torch threads ==")
-    print(f"{'backend':>12} {'raw env':>9} {'collector':>10} {'coll/raw':>9}")
+    print(f"{'backend':>12} {'raw env':>9} {'collector':>10} {'coll/raw':>9} {'serial bound':>13} {'coll/bound':>11}")
     for row in r["rows"]:
+        act = r["act"] if row["backend"] != "SB3 subproc" else None
+        bound = 1.0 / (1.0 / row["raw"] + 1.0 / act) if act else None
         print(
-            f"{row['backend']:>12} {row['raw']:>9,.0f} {row['collector']:>10,.0f} {row['collector'] / row['raw']:>9.2f}"
+            f"{row['backend']:>12} {row['raw']:>9,.0f} {row['collector']:>10,.0f} "
+            f"{row['collector'] / row['raw']:>9.2f} "
+            + (f"{bound:>13,.0f} {row['collector'] / bound:>11.2f}" if bound else f"{'-':>13} {'-':>11}")
         )
+    print(f"  PPO.act alone on {r['num_envs']} stacked frames: {r['act']:,.0f} env steps/s. Serial bound = "
+          "1 / (1/raw + 1/act): a collector that acts, then steps, with no overhead of its own")  # fmt: skip
     print("  (collector = Collector.rollout with ppo_atari.yaml's PPO: Nature CNN, shared; SB3: PPO.collect_rollouts")
     print("   with its CnnPolicy on SubprocVecEnv + AtariWrapper + VecFrameStack(4); target: >= 0.5 of raw)")
     line = f"  PPO end to end (training only): ours {r['ours_end_to_end']:,.0f} env steps/s"
@@ -221,8 +227,11 @@ def print_dreamer(results: list[dict[str, Any]]) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 # memory: peak RSS of a short PPO Breakout run; a uint8 replay ring against float32
 # ----------------------------------------------------------------------------------------------------------------
+# Peak RSS as the child's own VmHWM: ``ru_maxrss`` would not do, Linux carries the parent's peak into it across the
+# fork and exec, so a big benchmark process inflated the empty baseline (0.64 GiB measured for a 1.14 GiB ring).
+_PEAK_RSS = "int(open('/proc/self/status').read().split('VmHWM:')[1].split()[0]) * 1024"
 _RING_SCRIPT = """
-import resource, sys, torch
+import sys, torch
 from tensordict import TensorDict
 from rl_lightning.data.replay import ReplayRing
 rows, dtype = int(sys.argv[1]), getattr(torch, sys.argv[2])
@@ -234,8 +243,8 @@ for _ in range(rows // chunk):
                          "is_first": torch.zeros(chunk, 1, dtype=torch.bool),
                          "terminated": torch.zeros(chunk, 1, dtype=torch.bool),
                          "truncated": torch.zeros(chunk, 1, dtype=torch.bool)}, batch_size=[chunk, 1]))
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-"""
+print(HIGH_WATER)
+""".replace("HIGH_WATER", _PEAK_RSS)
 
 
 def ring_rss(rows: int, dtype: str) -> int:
@@ -244,13 +253,13 @@ def ring_rss(rows: int, dtype: str) -> int:
 
 
 _FIT_SCRIPT = """
-import resource, runpy, sys
+import runpy, sys
 sys.argv = ["rl-lightning", *sys.argv[1:]]
 try:
     runpy.run_module("rl_lightning.cli", run_name="__main__")
 finally:
-    print("PEAK_RSS", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-"""
+    print("PEAK_RSS", HIGH_WATER)
+""".replace("HIGH_WATER", _PEAK_RSS)
 
 
 def fit_rss(fit_steps: int) -> int:
