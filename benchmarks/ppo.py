@@ -271,6 +271,53 @@ def print_throughput(rows: list[dict[str, float]]) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------------------
+# Update scaling: PPO.update on rollouts of 1 to 4,096 envs
+# ----------------------------------------------------------------------------------------------------------------
+SCALING_STEPS, SCALING_EPOCHS, SCALING_MINIBATCHES = 32, 4, 4
+
+
+def update_rate(num_envs: int, repeats: int) -> dict[str, float]:
+    """``PPO.update`` (default module, CartPole) on a processed ``[32, num_envs]`` rollout: 4 epochs × 4 minibatches,
+    fused Adam from ``configure_optimizers``; best of ``repeats`` timed updates after one warm-up."""
+    torch.manual_seed(0)
+    module = PPO(env_spec=CartPole().spec, update_epochs=SCALING_EPOCHS, num_minibatches=SCALING_MINIBATCHES)
+    optimizer = module.configure_optimizers()
+    collector = Collector(BatchedEnv(CartPole(), num_envs, "cpu", seed=0), seed=3)
+    batch = module.process_rollout(collector.rollout(module.act, SCALING_STEPS, 0))
+    collector.close()
+    module.update(batch, optimizer)  # warm-up (Adam's state)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        module.update(batch, optimizer)
+        best = min(best, time.perf_counter() - start)
+    rows = SCALING_STEPS * num_envs
+    return {"num_envs": num_envs, "rows": rows, "minibatch": rows // SCALING_MINIBATCHES, "seconds": best}
+
+
+def run_update_scaling(quick: bool) -> list[dict[str, float]]:
+    torch.set_num_threads(1)
+    return [update_rate(n, 2 if quick else 5) for n in THROUGHPUT_SIZES]
+
+
+def print_update_scaling(rows: list[dict[str, float]]) -> None:
+    steps = SCALING_EPOCHS * SCALING_MINIBATCHES
+    print(f"\n== PPO.update scaling on CartPole (1 thread): rollout [{SCALING_STEPS}, num_envs], "
+          f"{SCALING_EPOCHS} epochs x {SCALING_MINIBATCHES} minibatches = {steps} optimiser steps ==")  # fmt: skip
+    header = (
+        f"{'num_envs':>8} {'rows':>8} {'minibatch':>9} {'ms/update':>10} {'ms/opt step':>11} {'µs/row':>8} "
+        f"{'env steps/s':>12}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        ms = 1e3 * r["seconds"]
+        print(f"{r['num_envs']:>8,} {r['rows']:>8,} {r['minibatch']:>9,} {ms:>10.2f} {ms / steps:>11.3f} "
+              f"{1e6 * r['seconds'] / r['rows']:>8.2f} {r['rows'] / r['seconds']:>12,.0f}")  # fmt: skip
+    print("  (env steps/s = rollout rows per second of update: the update's cost per collected env step)")
+
+
+# ----------------------------------------------------------------------------------------------------------------
 # Trainer overhead: a PPO update inside Trainer.fit vs the same update in a bare Python loop
 # ----------------------------------------------------------------------------------------------------------------
 class StepTimer(pl.Callback):
@@ -423,8 +470,8 @@ def main() -> None:
     parser.add_argument(
         "--sections",
         default="learning,throughput,overhead",
-        help="comma list of learning,throughput,overhead,repro,peer (repro: the first env's first seed twice; peer: "
-        "CartPole time to solve vs SB3, needs --peer-python)",
+        help="comma list of learning,throughput,update,overhead,repro,peer (repro: the first env's first seed twice; "
+        "update: PPO.update at 1-4,096 envs; peer: CartPole time to solve vs SB3, needs --peer-python)",
     )
     parser.add_argument("--verbose", action="store_true", help="print every evaluation of every run")
     parser.add_argument("--profile", action="store_true", help="only print the cProfile breakdown of a short fit")
@@ -481,6 +528,8 @@ def main() -> None:
         all_pass &= same
     if "throughput" in sections:
         print_throughput(run_throughput(args.quick))
+    if "update" in sections:
+        print_update_scaling(run_update_scaling(args.quick))
     if "overhead" in sections:
         print_overhead(run_overhead(args.quick, args.overhead_config))
     if sections & {"learning", "repro"}:
