@@ -13,7 +13,7 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.algos.policy_io import obs_batch
-from rl_lightning.env_step_log import finite_only, log_at_env_step, to_floats
+from rl_lightning.env_step_log import finite_only, log_at_env_step, publish_to_callbacks, to_floats
 from rl_lightning.envs.base import BatchedEnv, EnvSpec
 from rl_lightning.errors import ConfigError
 from rl_lightning.lightning_notices import silence_lightning_notices
@@ -196,14 +196,15 @@ class RLModule(pl.LightningModule):
 
         NaN scalars (e.g. episode stats of a rollout in which no episode finished) are kept in ``last_metrics``
         but not logged. The values are read back once per update (one host sync), outside the hot loops.
-        ``log_dict(logger=False)`` feeds monitors and the progress bar; ``log_at_env_step`` writes the loggers.
+        ``publish_to_callbacks`` feeds monitors and the progress bar (``trainer.callback_metrics``, without
+        ``self.log``'s per-key cost); ``log_at_env_step`` writes the loggers.
         """
         counters = {"env_steps": float(self.env_steps), "updates": float(self.updates)}  # global already
         self.last_metrics = {**metrics, **counters}
         logged = {**self._mean_over_ranks(metrics), **counters}
         scalars = finite_only(to_floats(logged))
-        self.log_dict({k: logged[k] for k in scalars}, on_step=True, batch_size=1, logger=False)
         if self._trainer is not None:
+            publish_to_callbacks(self.trainer, scalars)
             log_at_env_step(self.trainer, scalars, self.env_steps)
 
     def _mean_over_ranks(self, metrics: dict[str, Any]) -> dict[str, Any]:
