@@ -77,12 +77,15 @@ from tensordict import TensorDict
 from rl_lightning import keys
 from rl_lightning.algos import DreamerV3
 from rl_lightning.algos.base import RLModule
-from rl_lightning.algos.dreamer.behavior import behaviour_losses, imagine, replay_value_loss
+from rl_lightning.algos.dreamer.behavior import behaviour_targets, behaviour_terms, replay_value_terms
+from rl_lightning.algos.dreamer.update_graphs import UpdateGraphs
 from rl_lightning.algos.dreamer.world_model import WorldModel
 from rl_lightning.callbacks import Evaluation, SoftTargetUpdate
 from rl_lightning.data import DreamerDataModule
 from rl_lightning.data.replay import ReplayRing
 from rl_lightning.envs import CartPole
+from rl_lightning.networks.rssm import RSSM
+from rl_lightning.objectives.dreamer import ReturnNormalizer
 
 CONFIG = "dreamer.yaml"
 SPEED_T, SPEED_B, SPEED_HORIZON = 64, 16, 15
@@ -132,12 +135,14 @@ def time_preset(
     warmup: int = 2,
     precision: str = "32-true",
     batch_size: int = SPEED_B,
+    compile_update: bool = False,
 ) -> dict[str, Any]:
     """Warm up, then time ``DreamerV3.update`` (one gradient step per call) until ``max_steps`` or ``seconds``;
-    ``precision="bf16-mixed"`` runs it under the bfloat16 autocast Lightning's ``bf16-mixed`` wraps it in."""
+    ``precision="bf16-mixed"`` runs it under the bfloat16 autocast Lightning's ``bf16-mixed`` wraps it in. With
+    ``compile_update`` the first warm-up step compiles (its seconds are reported as ``compile_s``)."""
     torch.manual_seed(0)
     spec = CartPole().spec
-    model = DreamerV3(env_spec=spec, size=size, horizon=SPEED_HORIZON).to(device)
+    model = DreamerV3(env_spec=spec, size=size, horizon=SPEED_HORIZON, compile_update=compile_update).to(device)
     model.train()
     optimizer = model.configure_optimizers()
     params = sum(p.numel() for p in model.parameters())
@@ -159,8 +164,12 @@ def time_preset(
             torch.cuda.synchronize()
 
     start = time.perf_counter()
-    for _ in range(warmup):
+    first_s = 0.0
+    for index in range(warmup):
         step()
+        if index == 0:
+            sync()
+            first_s = time.perf_counter() - start
     sync()
     warmup_s = time.perf_counter() - start
     steps = 0
@@ -182,14 +191,21 @@ def time_preset(
         "seconds": elapsed,
         "rate": steps / elapsed,
         "warmup_s": warmup_s,
+        "first_step_s": first_s,
         "cpu_seconds": cpu_seconds,
         "precision": precision,
         "batch": batch_size,
+        "compile_update": compile_update,
     }
 
 
 def run_speed(
-    presets: list[str], max_steps: int, seconds: float, precision: str = "32-true", batch_sizes: tuple[int, ...] = ()
+    presets: list[str],
+    max_steps: int,
+    seconds: float,
+    precision: str = "32-true",
+    batch_sizes: tuple[int, ...] = (),
+    compile_update: bool = False,
 ) -> list[dict[str, Any]]:
     """Every preset at batch ``SPEED_B``, then the first preset at each of ``batch_sizes`` (the batch scaling)."""
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -197,11 +213,14 @@ def run_speed(
     results = []
     for device in devices:
         for size, batch in cases:
-            r = time_preset(size, device, max_steps, seconds, precision=precision, batch_size=batch)
+            r = time_preset(
+                size, device, max_steps, seconds, precision=precision, batch_size=batch, compile_update=compile_update
+            )
             results.append(r)
             print(
                 f"  [speed {size} {device}] {r['steps']} steps in {r['seconds']:.1f}s: {r['rate']:.3f} steps/s, "
-                f"{1 / r['rate']:.3f} s/step (warm-up {r['warmup_s']:.1f}s); params {r['params']:,}",
+                f"{1 / r['rate']:.3f} s/step (first step {r['first_step_s']:.1f}s, warm-up {r['warmup_s']:.1f}s); "
+                f"params {r['params']:,}",
                 flush=True,
             )
     return results
@@ -210,18 +229,20 @@ def run_speed(
 def print_speed(results: list[dict[str, Any]]) -> None:
     print(
         f"\n== Speed: DreamerV3.update, one gradient step on [T={SPEED_T}, B] (CartPole rows), "
-        f"horizon {SPEED_HORIZON}, LaProp, threads {torch.get_num_threads()}, precision {results[0]['precision']} =="
+        f"horizon {SPEED_HORIZON}, LaProp, threads {torch.get_num_threads()}, precision {results[0]['precision']}, "
+        f"compile_update {results[0]['compile_update']} =="
     )
     header = (
         f"{'size':<6} {'device':<6} {'B':>4} {'params':>12} {'trainable':>12} {'steps':>6} {'steps/s':>9} "
-        f"{'s/step':>8} {'ms per B·T row':>15}"
+        f"{'s/step':>8} {'ms per B·T row':>15} {'1st step s':>10}"
     )
     print(header)
     print("-" * len(header))
     for r in results:
         print(
             f"{r['size']:<6} {r['device']:<6} {r['batch']:>4} {r['params']:>12,} {r['trainable']:>12,} "
-            f"{r['steps']:>6} {r['rate']:>9.3f} {1 / r['rate']:>8.3f} {1e3 / r['rate'] / (r['batch'] * SPEED_T):>15.3f}"
+            f"{r['steps']:>6} {r['rate']:>9.3f} {1 / r['rate']:>8.3f} "
+            f"{1e3 / r['rate'] / (r['batch'] * SPEED_T):>15.3f} {r['first_step_s']:>10.1f}"
         )
 
 
@@ -234,14 +255,16 @@ PEER_TARGET = 3.0  # issue 13: ours >= 3x sheeprl's gradient steps/s
 PEER_WARMUP = 2
 
 
-def peer_ours(steps: int, precision: str) -> dict[str, Any]:
+def peer_ours(steps: int, precision: str, compile_update: bool = False) -> dict[str, Any]:
     """The ``speed`` measurement of ``XS`` on CPU (1 thread): ``steps`` timed gradient steps after the warm-up."""
     torch.set_num_threads(1)
-    r = time_preset(PEER_PRESET, "cpu", steps, math.inf, warmup=PEER_WARMUP, precision=precision)
+    r = time_preset(
+        PEER_PRESET, "cpu", steps, math.inf, warmup=PEER_WARMUP, precision=precision, compile_update=compile_update
+    )
     return {
         "side": "ours", "precision": precision, "steps": r["steps"], "seconds": r["seconds"],
         "cpu_seconds": r["cpu_seconds"], "rate": r["rate"], "trainable": r["trainable"],
-        "threads": torch.get_num_threads(),
+        "threads": torch.get_num_threads(), "compile_update": compile_update, "first_step_s": r["first_step_s"],
     }  # fmt: skip
 
 
@@ -261,13 +284,18 @@ def peer_sheeprl(peer_python: str, steps: int, precision: str) -> dict[str, Any]
             "torch": row["torch"], "run_seconds": row["run_seconds"]}  # fmt: skip
 
 
-def run_peer(peer_python: str, repeats: int, steps: int, precision: str = "32-true") -> list[dict[str, Any]]:
+def run_peer(
+    peer_python: str, repeats: int, steps: int, precision: str = "32-true", compile_update: bool = False
+) -> list[dict[str, Any]]:
     """Ours, sheeprl, ours, sheeprl, ...: a shared machine's load hits both sides alike. Both sides run at
     ``precision`` (``32-true`` or ``bf16-mixed``: Lightning's and Fabric's names for the same autocast)."""
     rows = []
     for i in range(repeats):
         for side in ("ours", "sheeprl"):
-            r = peer_ours(steps, precision) if side == "ours" else peer_sheeprl(peer_python, steps, precision)
+            if side == "ours":
+                r = peer_ours(steps, precision, compile_update)
+            else:
+                r = peer_sheeprl(peer_python, steps, precision)
             r["repeat"] = i
             rows.append(r)
             print(
@@ -292,7 +320,7 @@ def print_peer(rows: list[dict[str, Any]]) -> None:
     print(
         f"\n== Peer: gradient steps/s, ours {PEER_PRESET} vs sheeprl {peer['version']} dreamer_v3_XS (torch "
         f"{peer['torch']}), CPU, [T={SPEED_T}, B={SPEED_B}], horizon {SPEED_HORIZON}, precision "
-        f"{peer['precision']} on both sides, interleaved =="
+        f"{peer['precision']} on both sides, interleaved; ours compile_update {ours['compile_update']} =="
     )
     header = f"{'side':<8} {'run':>3} {'threads':>7} {'steps':>5} {'secs':>7} {'CPU-s':>7} {'steps/s':>8} {'s/step':>7}"
     print(header)
@@ -649,9 +677,13 @@ PROFILE_PARTS = [
     Part("collection and replay (DreamerDataModule.collect)", [DreamerDataModule.collect]),
     Part("sampling sequences", [ReplayRing.sample_sequences], 1),
     Part("update (DreamerV3.update)", [DreamerV3.update]),
-    Part("world model: observe + losses", [WorldModel.loss], 1),
-    Part("imagination", [imagine], 1),
-    Part("actor and critic losses", [behaviour_losses, replay_value_loss], 1),
+    Part("world model: observe + losses", [WorldModel.embed, RSSM.obs_core, WorldModel.loss_terms], 1),
+    Part("imagination", [UpdateGraphs._imagine], 1),
+    Part(
+        "actor and critic losses",
+        [behaviour_targets, ReturnNormalizer.update, behaviour_terms, replay_value_terms],
+        1,
+    ),
     Part("backward", [RLModule.backward_loss], 1),
     Part("gradient clip", [torch.nn.utils.clip_grad_norm_], 1),
     Part("optimiser step", [LightningOptimizer.step], 1),
@@ -680,6 +712,9 @@ def main() -> None:
         "--precision", default="32-true", choices=("32-true", "bf16-mixed"),
         help="speed and peer: float32, or the bfloat16 autocast of trainer.precision bf16-mixed (both peer sides)",
     )  # fmt: skip
+    parser.add_argument(
+        "--compile-update", action="store_true", help="speed and peer: ours with model.compile_update=true"
+    )
     parser.add_argument("--ratio-steps", type=int, default=3072, help="env steps after the prefill per ratio run")
     parser.add_argument(
         "--cartpole-steps", type=int, default=None, help="env-step budget per seed (default: the config's)"
@@ -723,12 +758,14 @@ def main() -> None:
 
     batch_sizes = tuple(int(b) for b in _csv(args.batch_sizes))
     speed = (
-        run_speed(presets, args.speed_steps, args.speed_seconds, args.precision, batch_sizes)
+        run_speed(presets, args.speed_steps, args.speed_seconds, args.precision, batch_sizes, args.compile_update)
         if "speed" in sections
         else None
     )
     peer = (
-        run_peer(args.peer_python, args.peer_repeats, args.peer_steps, args.precision) if "peer" in sections else None
+        run_peer(args.peer_python, args.peer_repeats, args.peer_steps, args.precision, args.compile_update)
+        if "peer" in sections
+        else None
     )
     ratio = None
     if "ratio" in sections:

@@ -12,6 +12,7 @@ Sections:
             timing), with the compiled collector's first rollout (its compile) beside it. Target (issue 13):
             compiled >= 10M env steps/s at >= 4,096 envs.
   speed     ``DreamerV3.update`` gradient steps/s per preset (``--presets``, default XS,S,M) at batch 16 x 64,
+            eager and with ``compile_update`` (first step = compile time),
             horizon 15, in float32 and under the bfloat16 autocast of ``trainer.precision=bf16-mixed``
             (``benchmarks/dreamer.py``'s speed measurement on this device).
   engine    ``configs/dreamer.yaml`` fitted on the GPU with the asynchronous engine (``data.engine=cuda_async``:
@@ -133,20 +134,25 @@ def run_speed(device: str, presets: list[str], steps: int, seconds: float) -> li
     rows = []
     for size in presets:
         for precision in ("32-true", "bf16-mixed"):
-            r = time_preset(size, device, steps, seconds, precision=precision)
-            rows.append(r)
-            print(f"  [speed {size} {precision}] {r['rate']:.2f} gradient steps/s ({r['steps']} steps)", flush=True)
+            for compiled in (False, True):
+                r = time_preset(size, device, steps, seconds, precision=precision, compile_update=compiled)
+                rows.append(r)
+                print(f"  [speed {size} {precision} compile_update={compiled}] {r['rate']:.2f} gradient steps/s "
+                      f"({r['steps']} steps; first step {r['first_step_s']:.1f} s)", flush=True)  # fmt: skip
     return rows
 
 
 def print_speed(rows: list[dict[str, Any]], device: str) -> None:
     print(f"\n== DreamerV3.update on {device}: one gradient step on [T=64, B=16] CartPole rows, horizon 15 ==")
-    header = f"{'size':<6} {'precision':<11} {'params':>12} {'steps':>6} {'steps/s':>9} {'ms/step':>9}"
+    header = (
+        f"{'size':<6} {'precision':<11} {'compiled':>8} {'params':>12} {'steps':>6} {'steps/s':>9} {'ms/step':>9} "
+        f"{'1st step s':>10}"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r['size']:<6} {r['precision']:<11} {r['params']:>12,} {r['steps']:>6} {r['rate']:>9.2f} "
-              f"{1e3 / r['rate']:>9.1f}")  # fmt: skip
+        print(f"{r['size']:<6} {r['precision']:<11} {str(r['compile_update']):>8} {r['params']:>12,} {r['steps']:>6} "
+              f"{r['rate']:>9.2f} {1e3 / r['rate']:>9.1f} {r['first_step_s']:>10.1f}")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -33,3 +33,16 @@ class EnvError(RuntimeError):
 
     def __reduce__(self) -> tuple[type, tuple[str, int | None, int, str]]:
         return type(self), (self.env, self.index, self.num_envs, self.problem)
+
+
+def require_torch_compile(field: str) -> None:
+    """Refuse ``field=true`` in one line where this Python/torch build cannot run ``torch.compile``."""
+    import platform
+
+    import torch._dynamo
+
+    if not torch._dynamo.is_dynamo_supported():
+        raise ConfigError(
+            f"{field}=true needs torch.compile, which torch {torch.__version__} does not support on Python "
+            f"{platform.python_version()}: set {field}: false"
+        )

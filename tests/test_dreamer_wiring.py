@@ -12,8 +12,7 @@ from helpers import tiny_dreamer
 from tensordict import TensorDict
 
 from rl_lightning import keys
-from rl_lightning.algos.dreamer import behavior
-from rl_lightning.algos.dreamer import module as dreamer_module
+from rl_lightning.algos.dreamer import behavior, update_graphs
 from rl_lightning.data.sequence_collector import SequenceCollector
 from rl_lightning.envs import BatchedEnv, CartPole
 from rl_lightning.evaluation import random_action
@@ -95,13 +94,13 @@ def test_module_replay_value_loss_gets_the_termination_continue(monkeypatch):
     """``DreamerV3.losses`` hands the replay value loss ``live = γ·(1 − terminated)``, never a truncation."""
     model, _ = tiny_dreamer(discount_horizon=4.0)
     seen = {}
-    original = dreamer_module.replay_value_loss
+    original = update_graphs.replay_value_terms
 
-    def spy(ac, features, seq, imagined, lam, cont_target, slowreg):
+    def spy(ac, features, reward, last, imagined, lam, cont_target, slowreg):
         seen["cont"] = cont_target
-        return original(ac, features, seq, imagined, lam, cont_target, slowreg)
+        return original(ac, features, reward, last, imagined, lam, cont_target, slowreg)
 
-    monkeypatch.setattr(dreamer_module, "replay_value_loss", spy)
+    monkeypatch.setattr(update_graphs, "replay_value_terms", spy)
     seq = _batch()
     model.losses(seq)
     torch.testing.assert_close(seen["cont"], torch.where(seq[keys.TERMINATED], 0.0, 0.75))

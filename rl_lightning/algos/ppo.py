@@ -13,7 +13,7 @@ from rl_lightning import keys
 from rl_lightning.algos.base import RLModule
 from rl_lightning.algos.optimizer_steps import OptimizerSteps
 from rl_lightning.envs.base import ACTION_KINDS, EnvSpec, require_action_kind
-from rl_lightning.errors import ConfigError, check_fields
+from rl_lightning.errors import ConfigError, check_fields, require_torch_compile
 from rl_lightning.networks import distributions as D
 from rl_lightning.networks.encoders import ObsEncoder
 from rl_lightning.networks.mlp import flat_size, mlp
@@ -118,6 +118,8 @@ class PPO(RLModule):
         super().__init__(env_spec)
         self.save_hyperparameters()
         _check_hparams(self.hparams)
+        if compile_update:
+            require_torch_compile("model.compile_update")
         spec = self.env_spec
         require_action_kind(spec, "PPO", ACTION_KINDS)
         self.encoder = ObsEncoder(spec, encoder)

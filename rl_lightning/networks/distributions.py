@@ -222,7 +222,13 @@ def onehot_straight_through(logits: torch.Tensor, generator: torch.Generator | N
     The forward value is an exact one-hot (Gumbel-max over the last dim, from ``generator``); backward treats the
     sample as ``probs`` (Bengio et al. 2013), as DreamerV3's latents and discrete actions do.
     """
-    index = categorical_sample(logits.detach(), generator)
+    uniform = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
+    return onehot_straight_through_from_uniform(logits, uniform)
+
+
+def onehot_straight_through_from_uniform(logits: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """``onehot_straight_through`` given its ``U[0, 1)`` draws (shape of ``logits``): pure, so it compiles."""
+    index = categorical_from_uniform(logits.detach(), uniform)
     sample = one_hot(index, logits.shape[-1], logits.dtype)
     probs = logits.softmax(-1)
     return sample + probs - probs.detach()

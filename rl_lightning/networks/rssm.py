@@ -25,7 +25,12 @@ from torch import nn
 from torch.nn import functional as F
 
 from rl_lightning.errors import ConfigError
-from rl_lightning.networks.distributions import onehot_mode, onehot_straight_through, unimix_logits
+from rl_lightning.networks.distributions import (
+    onehot_mode,
+    onehot_straight_through,
+    onehot_straight_through_from_uniform,
+    unimix_logits,
+)
 from rl_lightning.networks.dreamer_nets import Head, check_norm, linear, make_act, make_norm, trunc_normal_
 
 INITIALS = ("zeros", "learned")
@@ -199,8 +204,18 @@ class RSSM(nn.Module):
         return unimix_logits(head(x).unflatten(-1, (self.stoch, self.classes)), self.unimix)
 
     @staticmethod
-    def _sample(logits: torch.Tensor, generator: torch.Generator | None, sample: bool) -> torch.Tensor:
-        return onehot_straight_through(logits, generator) if sample else onehot_mode(logits)
+    def _sample(
+        logits: torch.Tensor, generator: torch.Generator | None, sample: bool, uniform: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        if not sample:
+            return onehot_mode(logits)
+        if uniform is not None:
+            return onehot_straight_through_from_uniform(logits, uniform)
+        return onehot_straight_through(logits, generator)
+
+    def initial_carry(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Unbatched initial ``(deter [D], stoch [S, C], logits [S, C])`` that ``obs_core`` resets to."""
+        return self._initial()
 
     def _initial(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Unbatched initial ``(deter [D], stoch [S, C], logits [S, C])``, differentiable in the learned mode."""
@@ -257,6 +272,29 @@ class RSSM(nn.Module):
         logits = self._logits(self.prior_head, deter)
         return self._state(deter, self._sample(logits, generator, sample), logits)
 
+    def img_core(
+        self, deter: torch.Tensor, stoch: torch.Tensor, action: torch.Tensor, uniform: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``img_step`` on plain tensors with its sample's ``U[0, 1)`` draws given (``[..., stoch, classes]``):
+        ``(deter', stoch', prior logits)``. Pure, so it compiles (``DreamerV3(compile_update=True)``)."""
+        deter = self.cell(deter, stoch.flatten(-2), self.preprocess_action(action))
+        logits = self._logits(self.prior_head, deter)
+        return deter, self._sample(logits, None, True, uniform), logits
+
+    def obs_core(
+        self,
+        deter: torch.Tensor,
+        stoch: torch.Tensor,
+        prev_action: torch.Tensor,
+        embed: torch.Tensor,
+        is_first: torch.Tensor,
+        initial: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        uniform: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``obs_step`` on plain tensors with the posterior sample's ``U[0, 1)`` draws given and ``initial`` from
+        ``initial_carry``: ``(deter, stoch, posterior logits, prior logits)``. Pure, so it compiles."""
+        return self._obs_core(deter, stoch, prev_action, embed, is_first, initial, None, True, uniform)
+
     def obs_step(
         self,
         state: TensorDict,
@@ -294,6 +332,7 @@ class RSSM(nn.Module):
         initial: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
         generator: torch.Generator | None,
         sample: bool,
+        uniform: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         reset = is_first.bool().unsqueeze(-1)
         deter = torch.where(reset, initial[0], deter)
@@ -302,7 +341,7 @@ class RSSM(nn.Module):
         deter = self.cell(deter, stoch.flatten(-2), self.preprocess_action(prev_action))
         prior = self._logits(self.prior_head, deter)
         post = self._logits(self.post_head, torch.cat([deter, embed], -1))
-        return deter, self._sample(post, generator, sample), post, prior
+        return deter, self._sample(post, generator, sample, uniform), post, prior
 
     def observe(
         self,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from tensordict import TensorDict
@@ -85,6 +86,25 @@ def imagine(
     return torch.stack(features), torch.stack(actions)
 
 
+def imagine_step(
+    world_model: WorldModel,
+    actor: nn.Module,
+    space: ActionSpace,
+    deter: torch.Tensor,
+    stoch: torch.Tensor,
+    action_noise: torch.Tensor,
+    prior_noise: torch.Tensor | None,
+) -> tuple[torch.Tensor, ...]:
+    """One imagination step over tensors with its draws given (``GradientStepDraws``): the state's feature, the
+    actor's action there and, unless ``prior_noise`` is ``None`` (the last state), the next ``deter, stoch``."""
+    feat = torch.cat([deter, stoch.flatten(-2)], -1)
+    action = space.sample_from_noise(actor(feat), action_noise)
+    if prior_noise is None:
+        return feat, action
+    deter, stoch, _ = world_model.rssm.img_core(deter, stoch, action, prior_noise)
+    return feat, action, deter, stoch
+
+
 def behaviour_losses(
     ac: ActorCritic,
     world_model: WorldModel,
@@ -101,8 +121,32 @@ def behaviour_losses(
     ``disc`` multiplies the predicted continue probability in the λ-returns and in the loss weights
     ``cumprod(disc·cont)/disc`` (1.0 when the continue target already carries the 1 − 1/333 discount).
     Returns the loss terms, detached diagnostics and the λ-returns ``[H, N]`` (the replay value loss
-    bootstraps from their first row).
+    bootstraps from their first row). It is ``behaviour_targets``, the return normaliser's update (percentiles,
+    all-gathered over ``gather``), then ``behaviour_terms``.
     """
+    targets = behaviour_targets(ac, world_model, features, lam, disc)
+    ac.return_norm.update(targets.returns, gather)
+    terms, diagnostics = behaviour_terms(ac, features, actions, targets, ac.return_norm.scale(), entropy_coef, slowreg)
+    return terms, diagnostics, targets.returns
+
+
+class BehaviourTargets(NamedTuple):
+    """What the actor-critic losses need before the return scale, over ``[H+1, N]`` imagined states; only
+    ``critic_logits`` carries a gradient."""
+
+    reward: torch.Tensor
+    cont: torch.Tensor
+    slow_logits: torch.Tensor
+    critic_logits: torch.Tensor
+    value: torch.Tensor
+    returns: torch.Tensor
+    weight: torch.Tensor
+
+
+def behaviour_targets(
+    ac: ActorCritic, world_model: WorldModel, features: torch.Tensor, lam: float, disc: float
+) -> BehaviourTargets:
+    """Rewards, continues, critic outputs, λ-returns and loss weights of the imagined ``features [H+1, N, F]``."""
     horizon = features.shape[0] - 1
     with torch.no_grad():
         reward = world_model.reward(features)
@@ -112,8 +156,22 @@ def behaviour_losses(
     value = ac.value_codec.decode(critic_logits).detach()
     returns = L.lambda_return(reward, value, cont * disc, lam)
     weight = L.imagination_weights(cont[:horizon], disc)
-    ac.return_norm.update(returns, gather)
-    advantage = (returns - value[:horizon]) / ac.return_norm.scale()
+    return BehaviourTargets(reward, cont, slow_logits, critic_logits, value, returns, weight)
+
+
+def behaviour_terms(
+    ac: ActorCritic,
+    features: torch.Tensor,
+    actions: torch.Tensor,
+    targets: BehaviourTargets,
+    return_scale: torch.Tensor,
+    entropy_coef: float,
+    slowreg: float,
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The ``policy`` and ``value`` terms ``[H, N]`` and diagnostics from ``behaviour_targets`` and the scale."""
+    reward, cont, slow_logits, critic_logits, value, returns, weight = targets
+    horizon = features.shape[0] - 1
+    advantage = (returns - value[:horizon]) / return_scale
     policy = ac.space.evaluate(ac.actor(features[:horizon]), actions[:horizon])
     terms = {
         "policy": L.reinforce_loss(policy.log_prob, policy.entropy, advantage, weight, entropy_coef),
@@ -125,10 +183,10 @@ def behaviour_losses(
         "imag_value": value.mean(),
         "imag_reward": reward[1:].mean(),
         "imag_cont": cont[1:].mean(),
-        "return_scale": ac.return_norm.scale().detach(),
+        "return_scale": return_scale.detach(),
         "advantage_std": advantage.detach().std(),
     }
-    return terms, diagnostics, returns
+    return terms, diagnostics
 
 
 def replay_value_loss(
@@ -146,10 +204,24 @@ def replay_value_loss(
     ``[H, T·B]`` whose first row is the bootstrap at each real state, ``cont_target`` the continue target of each
     row (``1 − terminated``, discounted). Rows that end an episode get weight 0.
     """
-    length, batch = seq.batch_size
-    boot = imagined_returns[0].detach().reshape(length, batch)
     last = (seq[keys.TERMINATED] | seq[keys.TRUNCATED]).float()
-    returns = L.lambda_return(seq[keys.REWARD].float(), boot, cont_target, lam, last)
+    return replay_value_terms(ac, features, seq[keys.REWARD], last, imagined_returns, lam, cont_target, slowreg)
+
+
+def replay_value_terms(
+    ac: ActorCritic,
+    features: torch.Tensor,
+    reward: torch.Tensor,
+    last: torch.Tensor,
+    imagined_returns: torch.Tensor,
+    lam: float,
+    cont_target: torch.Tensor,
+    slowreg: float,
+) -> torch.Tensor:
+    """``replay_value_loss`` on tensors: ``reward [T, B]`` and ``last [T, B]`` (1.0 where an episode ends)."""
+    length, batch = reward.shape
+    boot = imagined_returns[0].detach().reshape(length, batch)
+    returns = L.lambda_return(reward.float(), boot, cont_target, lam, last)
     logits = ac.critic(features[:-1])
     with torch.no_grad():
         slow_logits = ac.slow_critic(features[:-1])

@@ -11,16 +11,17 @@ from torch import nn
 
 from rl_lightning import keys
 from rl_lightning.algos.base import Policy, RLModule
-from rl_lightning.algos.dreamer.behavior import ActorCritic, behaviour_losses, imagine, replay_value_loss
+from rl_lightning.algos.dreamer.behavior import ActorCritic
 from rl_lightning.algos.dreamer.config import check_dreamer_hparams
+from rl_lightning.algos.dreamer.draws import GradientStepDraws
 from rl_lightning.algos.dreamer.player import DreamerPlayer
 from rl_lightning.algos.dreamer.policy import ActionSpace
+from rl_lightning.algos.dreamer.update_graphs import UpdateGraphs
 from rl_lightning.algos.dreamer.world_model import WorldModel
 from rl_lightning.data.timing import PhaseTimer
 from rl_lightning.envs.base import BatchedEnv, EnvSpec, require_action_kind
-from rl_lightning.errors import ConfigError
+from rl_lightning.errors import ConfigError, require_torch_compile
 from rl_lightning.networks.dreamer_nets import dreamer_size
-from rl_lightning.objectives import dreamer as L
 from rl_lightning.optim import LaProp
 
 #: One-hot (Discrete) or bounded-normal (Box) actions, as the official code; multi-part actions are refused.
@@ -77,6 +78,11 @@ class DreamerV3(RLModule):
         retnorm_decay: EMA decay of the return percentiles.
         retnorm_limit: smallest return scale.
         eval_deterministic: evaluate with the policy's mode (and latent modes) instead of samples.
+        compile_update: run the gradient step's losses as ``torch.compile``d regions (``update_graphs.py``: the
+            observe scan's step, the world-model terms, the imagination step, the actor-critic losses; their
+            backward compiles with them), each compiled once per run on the first gradient step. Off by default:
+            benchmarks/README.md has the measured speed-up and compile time. Same draws as eager, so the two
+            agree within float tolerance.
     """
 
     family = "dreamer"
@@ -116,6 +122,7 @@ class DreamerV3(RLModule):
         retnorm_decay: float = 0.99,
         retnorm_limit: float = 1.0,
         eval_deterministic: bool = True,
+        compile_update: bool = False,
     ) -> None:
         super().__init__(env_spec)
         self.save_hyperparameters()
@@ -152,6 +159,9 @@ class DreamerV3(RLModule):
         self.last_learner_ms: float | None = None
         self._learner_timer: PhaseTimer | None = None
         self.last_metrics: dict[str, Any] = {}
+        if compile_update:
+            require_torch_compile("model.compile_update")
+        self.update_graphs = UpdateGraphs(compile_update)
 
     # ----- acting -------------------------------------------------------------------------------------------
     def acting_networks(self) -> nn.ModuleDict:
@@ -238,31 +248,14 @@ class DreamerV3(RLModule):
 
     def losses(self, seq: TensorDict) -> dict[str, torch.Tensor]:
         """Every loss term (means of per-step ``[T, B]``/``[H, N]`` terms) and diagnostics on one batch."""
-        hp = self.hparams
-        generator = self._generator()
-        actions = self.space.to_model(seq[keys.ACTION])
-        wm_terms, posts, wm_diag = self.world_model.loss(
-            seq, actions, generator, hp.free_nats, hp.discount_horizon, hp.discount_continue
+        length, batch = seq.batch_size
+        rssm = self.world_model.rssm
+        draws = GradientStepDraws.draw(
+            self._generator(), length, batch, self.hparams.horizon, rssm, self.space, self.device
         )
-        start = posts.detach().reshape(-1)
-        features, imagined_actions = imagine(
-            self.world_model, self.behaviour.actor, self.space, start, hp.horizon, generator
-        )
-        disc = 1.0 if hp.discount_continue else 1.0 - 1.0 / hp.discount_horizon
-        ac_terms, ac_diag, returns = behaviour_losses(
-            self.behaviour, self.world_model, features, imagined_actions, hp.lam, disc, hp.entropy_coef,
-            hp.slowreg, self._gather,
-        )  # fmt: skip
-        per_step = {**wm_terms, **ac_terms}
-        if hp.repval_scale > 0:
-            cont = L.continue_target(seq[keys.TERMINATED].float(), hp.discount_horizon, True)  # γ(1 − term)
-            replay_features = self.world_model.rssm.feature(posts).detach()
-            per_step["repval"] = replay_value_loss(
-                self.behaviour, replay_features, seq, returns, hp.lam, cont, hp.slowreg
-            )
+        per_step, diagnostics = self.update_graphs.losses(self, seq, draws, self._gather)
         out = {f"loss_{k}": v.mean() for k, v in per_step.items()}
-        out.update({f"wm_{k}": v for k, v in wm_diag.items()})
-        out.update(ac_diag)
+        out.update(diagnostics)
         return out
 
     def _gather(self, tensor: torch.Tensor) -> torch.Tensor:

@@ -89,6 +89,23 @@ class ActionSpace:
         mean, log_std = self._normal(out)
         return mean if deterministic else D.normal_sample(mean, log_std, generator)
 
+    def draw_noise(
+        self, shape: tuple[int, ...], generator: torch.Generator, device: torch.device, dtype: torch.dtype
+    ) -> torch.Tensor:
+        """What ``sample`` draws for actions of batch ``shape``: ``U[0, 1)`` (discrete) or ``N(0, 1)`` (box), in the
+        same order from ``generator``, so ``sample_from_noise`` on it gives ``sample``'s action bit for bit."""
+        draw = torch.rand if self.discrete else torch.randn
+        return draw((*shape, self.dim), generator=generator, device=device, dtype=dtype)
+
+    def sample_from_noise(self, out: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """``sample`` given its draws (``draw_noise``): pure, so it compiles."""
+        out = out.detach()
+        if self.discrete:
+            index = D.categorical_from_uniform(self.log_probs(out), noise)
+            return D.one_hot(index, self.dim, out.dtype)
+        mean, log_std = self._normal(out)
+        return D.normal_from_noise(mean, log_std, noise)
+
     def evaluate(self, out: torch.Tensor, action: torch.Tensor) -> PolicyOutput:
         """Log-prob of ``action`` (model format) and entropy under the actor output ``out`` (differentiable)."""
         if self.discrete:

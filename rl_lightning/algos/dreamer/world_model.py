@@ -99,10 +99,8 @@ class WorldModel(nn.Module):
         """Predicted probability that the state is not terminal (times the continue discount in 2024 mode)."""
         return torch.sigmoid(self.cont_head(feat).squeeze(-1))
 
-    def observe(
-        self, seq: TensorDict, actions: torch.Tensor, generator: torch.Generator
-    ) -> tuple[TensorDict, torch.Tensor]:
-        """Filter a replayed ``[T, B]`` sequence: posterior states and prior log-probs.
+    def observe_inputs(self, seq: TensorDict, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The observe scan's ``prev_action [T, B, A]`` and ``is_first [T, B]`` for a replayed ``[T, B]`` sequence.
 
         Row ``t``'s RSSM step uses the previous row's action (zeros for row 0); row 0 is always treated as an
         episode start, so every sampled window begins from the initial state (dreamer.md §12.2).
@@ -110,6 +108,13 @@ class WorldModel(nn.Module):
         prev = torch.cat([torch.zeros_like(actions[:1]), actions[:-1]])
         is_first = seq[keys.IS_FIRST].clone()
         is_first[0] = True
+        return prev, is_first
+
+    def observe(
+        self, seq: TensorDict, actions: torch.Tensor, generator: torch.Generator
+    ) -> tuple[TensorDict, torch.Tensor]:
+        """Filter a replayed ``[T, B]`` sequence (``observe_inputs``): posterior states and prior log-probs."""
+        prev, is_first = self.observe_inputs(seq, actions)
         return self.rssm.observe(self.embed(seq[keys.OBS]), prev, is_first, None, generator)
 
     def loss(
@@ -123,8 +128,27 @@ class WorldModel(nn.Module):
     ) -> tuple[dict[str, torch.Tensor], TensorDict, dict[str, torch.Tensor]]:
         """Per-step ``[T, B]`` loss terms (``rec``, ``rew``, ``con``, ``dyn``, ``rep``), posteriors and diagnostics."""
         posts, prior_logp = self.observe(seq, actions, generator)
-        feat = self.rssm.feature(posts)
-        obs = seq[keys.OBS]
+        terms, diagnostics = self.loss_terms(
+            posts["deter"], posts["stoch"], posts["logits"], prior_logp, seq[keys.OBS], seq[keys.REWARD],
+            seq[keys.TERMINATED], free_nats, horizon, discount_continue,
+        )  # fmt: skip
+        return terms, posts, diagnostics
+
+    def loss_terms(
+        self,
+        deter: torch.Tensor,
+        stoch: torch.Tensor,
+        post_logp: torch.Tensor,
+        prior_logp: torch.Tensor,
+        obs: torch.Tensor | TensorDict,
+        reward: torch.Tensor,
+        terminated: torch.Tensor,
+        free_nats: float,
+        horizon: float,
+        discount_continue: bool,
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """``loss`` after the observe scan, on the posteriors' tensors ``[T, B, ...]``: terms and diagnostics."""
+        feat = torch.cat([deter, stoch.flatten(-2)], -1)
         if self.images is None:
             rec = (self.decoder(feat) - D.symlog(self.obs_vector(obs))).pow(2).sum(-1)
         else:
@@ -132,18 +156,18 @@ class WorldModel(nn.Module):
             rec = (self.decoder(feat) - target).pow(2).flatten(2).sum(-1)
             if self.vector_decoder is not None:
                 rec = rec + (self.vector_decoder(feat) - D.symlog(self.obs_vector(obs))).pow(2).sum(-1)
-        rew = self.reward_codec.loss(self.reward_head(feat), seq[keys.REWARD].float())
-        con_target = L.continue_target(seq[keys.TERMINATED].float(), horizon, discount_continue)
+        rew = self.reward_codec.loss(self.reward_head(feat), reward.float())
+        con_target = L.continue_target(terminated.float(), horizon, discount_continue)
         con = F.binary_cross_entropy_with_logits(self.cont_head(feat).squeeze(-1), con_target, reduction="none")
-        dyn, rep, kl = L.kl_losses(posts["logits"], prior_logp, free_nats)
+        dyn, rep, kl = L.kl_losses(post_logp, prior_logp, free_nats)
         terms = {"rec": rec, "rew": rew, "con": con, "dyn": dyn, "rep": rep}
         with torch.no_grad():
             diagnostics = {
                 "kl": kl.mean(),
-                "post_entropy": _entropy(posts["logits"]).mean(),
+                "post_entropy": _entropy(post_logp).mean(),
                 "prior_entropy": _entropy(prior_logp).mean(),
             }
-        return terms, posts, diagnostics
+        return terms, diagnostics
 
 
 def _entropy(logp: torch.Tensor) -> torch.Tensor:
