@@ -572,7 +572,7 @@ def print_cartpole(runs: list[tuple[RunResult, dict[str, Any], bool]], verbose: 
         stop = "target" if r.crossed else ("time" if timed_out else "budget")
         print(
             f"{r.seed:>4} {'yes' if r.crossed else 'NO':>7} {steps:>10} {train_s:>8.1f} {r.eval_seconds:>7.1f} "
-            f"{r.fit_seconds:>7.1f} {_fmt(r.best_score):>7} {_fmt(r.final_score):>7} {ratio['gradient_steps']:>8} "
+            f"{r.fit_seconds:>7.1f} {_fmt(r.best_score):>7} {_fmt(r.final_score):>7} {ratio['optimizer_steps']:>8} "
             f"{ratio['actual']:>7.4f} {ratio['requested']:>7.4f} {stop:>8}"
         )
         if verbose:

@@ -68,7 +68,10 @@ def imagine(
     horizon: int,
     generator: torch.Generator,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Roll the prior ``horizon`` steps from ``start`` ``[N]`` under the actor.
+    """Roll the prior ``horizon`` steps from ``start`` ``[N]`` under the actor, sampling from ``generator``.
+
+    The gradient step runs the same rollout as ``imagine_step`` regions over pre-drawn noise
+    (``update_graphs.py``); this generator-driven form is its reference (same numbers on CPU, tested).
 
     Returns:
         ``features [H+1, N, F]`` of the start and imagined states, and ``actions [H+1, N, A]`` sampled at each
