@@ -49,8 +49,8 @@ def main(out_dir: str, algo: str) -> None:
         from rl_lightning.envs import GymnasiumEnv
 
         module, dm = tiny_dreamer(GymnasiumEnv("HalfCheetah-v5"), total_env_steps=48, learning_starts=1)
-    elif algo == "dreamer":
-        module, dm = tiny_dreamer(total_env_steps=48, learning_starts=1)  # 2 envs × 4 ticks × 2 ranks per update
+    elif algo in ("dreamer", "dreamer_compiled"):  # 2 envs × 4 ticks × 2 ranks per update
+        module, dm = tiny_dreamer(total_env_steps=48, learning_starts=1, compile_update=algo == "dreamer_compiled")
     elif algo == "spo":
         module, dm = tiny_spo(rollout_length=16, total_env_steps=64 * 2 * 3)
     else:  # 3 updates of 64 steps on each of 2 ranks; "ppo_norm": the digest covers the normaliser buffers

@@ -20,17 +20,18 @@ from rl_lightning.envs import CartPole, Pendulum
 from rl_lightning.objectives import dreamer as L
 from tests.cli_subprocess import run_cli
 
-# The CLI test below fits with these shapes too, so its compile finds the graphs in inductor's cache.
-T, B, H = 8, 4, 3
+# tests.helpers.tiny_dreamer's shapes (size tiny, 15 bins, [T=4, B=2], horizon 3): the CLI test below and the DDP
+# test's compiled case fit with them too, so after the first compile they find every graph in inductor's cache.
+T, B, H, BINS = 4, 2, 3, 15
 
 
 def _seq(spec, seed: int = 0) -> TensorDict:
     """A ``[T, B]`` replay batch with episode starts, a termination and a truncation mid-sequence."""
     gen = torch.Generator().manual_seed(seed)
     is_first = torch.zeros(T, B, dtype=torch.bool)
-    is_first[0], is_first[4, 1], is_first[6, 2] = True, True, True
+    is_first[0], is_first[2, 1], is_first[3, 0] = True, True, True
     terminated, truncated = torch.zeros(T, B, dtype=torch.bool), torch.zeros(T, B, dtype=torch.bool)
-    terminated[3, 1], truncated[5, 2] = True, True
+    terminated[1, 1], truncated[2, 0] = True, True
     if spec.discrete:
         action = torch.randint(0, spec.num_actions, (T, B), generator=gen)
     else:
@@ -51,7 +52,13 @@ def _seq(spec, seed: int = 0) -> TensorDict:
 def _model(env_cls, compile_update: bool) -> DreamerV3:
     torch.manual_seed(0)
     model = DreamerV3(
-        env_spec=env_cls().spec, size="tiny", horizon=H, warmup_steps=0, lr=1e-3, compile_update=compile_update
+        env_spec=env_cls().spec,
+        size="tiny",
+        horizon=H,
+        bins=BINS,
+        warmup_steps=0,
+        lr=1e-3,
+        compile_update=compile_update,
     )
     model.train()
     model.sample_generator = torch.Generator().manual_seed(3)
@@ -154,7 +161,8 @@ def test_cli_fit_with_compile_update_never_recompiles(tmp_path, monkeypatch):
     warning is printed, and the checkpoint holds the gradient steps taken."""
     monkeypatch.setenv("TORCH_LOGS", "recompiles")
     args = ["fit", "--config", "dreamer", "--model.init_args.compile_update", "true"]
-    args += ["--model.init_args.horizon", str(H), "--data.init_args.batch_size", str(B)]
+    args += ["--model.init_args.horizon", str(H), "--model.init_args.bins", str(BINS)]
+    args += ["--data.init_args.batch_size", str(B)]
     args += ["--data.init_args.sequence_length", str(T), "--data.init_args.learning_starts", "64"]
     args += ["--data.init_args.total_env_steps", "320", "--data.init_args.replay_ratio", "0.0625"]
     args += ["--trainer.enable_progress_bar", "false"]
