@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from rl_lightning.callbacks import Evaluation
+from rl_lightning.cli import close_process_group
 from rl_lightning.lineage import weights_digest
 from tests.helpers import tiny_dreamer, tiny_ppo, tiny_spo, trainer
 
@@ -62,6 +63,7 @@ def main(out_dir: str, algo: str) -> None:
     t = trainer(out_dir, callbacks=[record, evaluation], strategy="ddp", devices=2)
     t.fit(module, dm)
     Path(out_dir, f"rank{t.global_rank}.json").write_text(json.dumps({"rows": record.rows, "updates": module.updates}))
+    close_process_group()  # what the CLI does after a run: a live gloo group at exit can abort the process
 
 
 if __name__ == "__main__":

@@ -48,3 +48,18 @@ def test_ddp_two_cpu_processes(tmp_path, algo):
         assert all(row["stored_obs_dtype"] == expected_dtype for row in rank0["rows"] + rank1["rows"])
     per_update = 16 if algo.startswith("dreamer") else 128
     assert [r["env_steps"] for r in rank0["rows"]] == [per_update, 2 * per_update, 3 * per_update]  # both ranks
+
+
+def test_the_cli_closes_the_process_group_after_a_run(monkeypatch, tmp_path):
+    """A gloo group alive at interpreter exit sometimes aborts a finished rank (SIGABRT): ``main`` destroys it."""
+    import torch.distributed as dist
+
+    from rl_lightning import cli
+
+    def fit_that_leaves_a_group(args):
+        store = dist.FileStore(str(tmp_path / "store"), 1)
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+
+    monkeypatch.setattr(cli, "cli_main", fit_that_leaves_a_group)
+    cli.main([])
+    assert not dist.is_initialized()

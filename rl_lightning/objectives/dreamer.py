@@ -363,7 +363,7 @@ class ReturnNormalizer(nn.Module):
 
         Args:
             returns: λ-returns of any shape (detached here).
-            gather: all-gather across ranks (a LightningModule passes ``self.all_gather``); its output is flattened.
+            gather: all-gather across ranks (``DreamerV3._gather``); its output is flattened.
         """
         if not self.training:
             return

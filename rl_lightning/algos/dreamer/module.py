@@ -259,10 +259,16 @@ class DreamerV3(RLModule):
         return out
 
     def _gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        """All-gather over ranks for the return percentiles (identity on one process)."""
-        if self._trainer is None or self.trainer.world_size == 1:
+        """All-gather over ranks for the return percentiles (identity on one process).
+
+        A plain collective: the returns carry no gradient, and Lightning's ``all_gather`` goes through the deprecated
+        autograd-aware ``torch.distributed.nn.functional.all_gather`` (a warning on every DDP run)."""
+        if self._trainer is None or self.trainer.world_size == 1 or not torch.distributed.is_initialized():
             return tensor
-        return self.all_gather(tensor).flatten()
+        tensor = tensor.detach().contiguous()
+        parts = [torch.empty_like(tensor) for _ in range(torch.distributed.get_world_size())]
+        torch.distributed.all_gather(parts, tensor)
+        return torch.cat([part.flatten() for part in parts])
 
     def _log_update(self, stats: dict[str, torch.Tensor], terms: TensorDict | None) -> None:
         metrics: dict[str, Any] = dict(stats)
