@@ -188,3 +188,19 @@ def test_compile_update_is_refused_in_one_line_without_torch_compile(config, mon
     assert len(lines) == 1
     assert "model.compile_update=true needs torch.compile" in lines[0]
     assert "set model.compile_update: false" in lines[0]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_compiled_step_matches_eager_on_cuda():
+    """The same comparison on the GPU, where the regions are meant to pay (launch-bound at these sizes)."""
+    seq = _seq(CartPole().spec).to("cuda")
+    runs = []
+    for compile_update in (False, True):
+        model = _model(CartPole, compile_update).cuda()
+        model.sample_generator = torch.Generator(device="cuda").manual_seed(3)
+        runs.append(_steps(model, seq, 2))
+    for (terms_e, grads_e, _), (terms_c, grads_c, _) in zip(*runs):
+        for key in terms_e:
+            torch.testing.assert_close(terms_c[key], terms_e[key], rtol=1e-3, atol=1e-4, msg=key)
+        for name in grads_e:
+            assert _relative_error(grads_c[name], grads_e[name]) < 1e-2, name
