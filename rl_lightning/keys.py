@@ -10,6 +10,7 @@ TERMINATED = "terminated"  # episode ended in an absorbing state: bootstrap valu
 TRUNCATED = "truncated"  # episode cut by a time limit: bootstrap from V(final_obs)
 IS_FIRST = "is_first"  # OBS starts a new episode
 ACTION_MASK = "action_mask"  # bool [..., n]; True = legal
+SEAT = "seat"  # int64 [B]: the seat to act next in a multi-seat game (DESIGN.md §10)
 
 # Policy outputs.
 ACTION = "action"

@@ -59,6 +59,10 @@ class EnvSpec:
             ``ObsLeaf``, in a fixed order; empty for a single-array observation.
         action_nvec: classes per dimension of a ``MultiDiscrete`` action (flattened; int64 ``[B, *action_shape]``).
         action_binary: the action is ``MultiBinary`` (int64 0/1 ``[B, *action_shape]``).
+        num_seats: seats per game (DESIGN.md §10); 1 for single-agent envs. A multi-seat env's ``reward`` is
+            ``[B, num_seats]`` and its outputs carry ``seat`` (the seat to act next, int64 ``[B]``).
+        perfect_information: every seat sees the whole state (False for Hearts, poker: search would read
+            hidden cards, so SPO refuses such envs).
     """
 
     name: str
@@ -75,6 +79,8 @@ class EnvSpec:
     obs_keys: tuple[tuple[tuple[str, ...], ObsLeaf], ...] = ()
     action_nvec: tuple[int, ...] = ()
     action_binary: bool = False
+    num_seats: int = 1
+    perfect_information: bool = True
 
     @property
     def action_kind(self) -> str:
