@@ -1,34 +1,64 @@
-"""Run whole evaluation episodes on a separate batched env: one episode per env row."""
+"""Run whole evaluation episodes on a separate batched env: one episode per env row.
+
+``play_episodes`` plays them and says which ended within ``max_steps``; ``episode_metrics`` turns that into the
+logged means, over the episodes that ended (a cut episode is counted in ``episodes_cut``, never averaged in);
+``random_action`` is the uniform-random baseline (and DreamerV3's prefill), sampled from the env's action space.
+"""
 
 from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from tensordict import TensorDict
 
-from rl_lightning import keys
+from rl_lightning import keys, stop
 from rl_lightning.envs.base import BatchedEnv, EnvSpec, TorchEnv
 from rl_lightning.video import FrameRecorder
 
 _CHECK_EVERY = 32  # env steps between the (host-syncing) "all episodes finished?" checks
+#: Default bound on steps per evaluation episode: an Atari game's 108,000 frames at frame skip 4 (research/envs.md),
+#: so a whole Atari game is never cut; envs with shorter time limits end well before it.
+DEFAULT_MAX_STEPS = 27_000
+
+
+@dataclass
+class Episodes:
+    """The first episode of each evaluation env row.
+
+    Attributes:
+        returns: float32 ``[N]``, summed rewards (of the steps played, for a cut episode).
+        lengths: float32 ``[N]``, steps played.
+        finished: bool ``[N]``: the episode ended (terminated or truncated by the env) within ``max_steps``;
+            False marks an episode cut by ``max_steps``.
+    """
+
+    returns: torch.Tensor
+    lengths: torch.Tensor
+    finished: torch.Tensor
 
 
 @torch.no_grad()
-def run_episodes(
+def play_episodes(
     policy: object,
     env: TorchEnv,
     num_episodes: int,
     device: torch.device,
     seed: int,
     deterministic: bool = True,
-    max_steps: int = 10_000,
+    max_steps: int = DEFAULT_MAX_STEPS,
     recorder: FrameRecorder | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Play the first episode of each of ``num_episodes`` env rows; returns ``(returns, lengths)``, each ``[N]``.
+) -> Episodes:
+    """Play the first episode of each of ``num_episodes`` env rows, for at most ``max_steps`` steps each.
 
-    ``policy`` is an ``RLModule`` (its ``acting_policy`` in evaluation mode) or the string ``"random"`` for a
-    uniform-random baseline (uniform over legal actions, or over the box bounds). The episodes' env states are
-    released at the end; ``env`` itself stays open for the caller to reuse and close. A ``recorder`` draws
-    the state of its first rows before every step (rendering costs nothing when there is none).
+    ``policy`` is an ``RLModule`` (its ``acting_policy`` in evaluation mode) or the string ``"random"`` for the
+    uniform-random baseline (``random_action``: the env's action space, legal actions only). ``env`` is played
+    as given: the Evaluation callback passes the training env's evaluation form (``TorchEnv.fresh``). The
+    episodes' env states are released at the end; ``env`` itself stays open for the caller to reuse and close.
+    A ``recorder`` draws the state of its first rows before every step (rendering costs nothing when there is none).
     """
     batched = BatchedEnv(env, num_episodes, device, seed=seed)
     act = None if policy == "random" else policy.acting_policy(batched, deterministic, training=False)  # type: ignore[attr-defined]
@@ -39,6 +69,7 @@ def run_episodes(
     running = torch.ones(num_episodes, dtype=torch.bool, device=device)
     try:
         for step in range(max_steps):
+            stop.check()  # SIGTERM/Ctrl+C: stop within one env step (rl_lightning.stop)
             if recorder is not None:
                 recorder.capture(batched.state)
             action = random_action(env.spec, obs, generator) if act is None else act(obs, generator)[keys.ACTION]
@@ -53,20 +84,97 @@ def run_episodes(
     finally:
         if batched.state is not None:
             env.release(batched.state)  # the caller owns ``env`` and closes it; reused across evaluations
-    return returns, lengths
+    return Episodes(returns, lengths, ~running)
+
+
+def run_episodes(
+    policy: object,
+    env: TorchEnv,
+    num_episodes: int,
+    device: torch.device,
+    seed: int,
+    deterministic: bool = True,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    recorder: FrameRecorder | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``play_episodes`` as ``(returns, lengths)`` of every row, for scripts that average them themselves.
+
+    A cut episode's partial return is in ``returns`` here, so this warns (one host sync) when any was cut;
+    ``play_episodes`` with ``episode_metrics`` leaves cut episodes out of the means and counts them.
+    """
+    episodes = play_episodes(policy, env, num_episodes, device, seed, deterministic, max_steps, recorder)
+    cut = int((~episodes.finished).sum())
+    if cut:
+        warnings.warn(
+            f"run_episodes: {cut} of {num_episodes} episodes were cut at max_steps={max_steps} and their partial "
+            "returns are included; raise max_steps, or use play_episodes to leave them out",
+            stacklevel=2,
+        )
+    return episodes.returns, episodes.lengths
+
+
+def episode_metrics(
+    episodes: Episodes, reduce_sum: Callable[[torch.Tensor], torch.Tensor] | None = None
+) -> dict[str, torch.Tensor]:
+    """``episode_return``, ``episode_length`` (means over the episodes that ended) and ``episodes_cut`` (a count).
+
+    A cut episode (``max_steps`` reached first) is counted in ``episodes_cut`` and stays out of both means; when
+    every episode was cut the means are NaN (and a warning says to raise ``max_steps``). ``reduce_sum`` sums a
+    tensor over ranks (``trainer.strategy.reduce(..., reduce_op="sum")``), so the means are over all ranks'
+    episodes; the values stay on the device (the warning's check reads one number back).
+    """
+    finished = episodes.finished.float()
+    totals = torch.stack(
+        [(episodes.returns * finished).sum(), (episodes.lengths * finished).sum(), finished.sum(), (1 - finished).sum()]
+    )
+    if reduce_sum is not None:
+        totals = reduce_sum(totals)
+    if not bool(totals[2] > 0):
+        warnings.warn(
+            "every evaluation episode was cut at max_steps before it ended, so the mean episode return is NaN; "
+            "raise the Evaluation callback's max_steps",
+            stacklevel=2,
+        )
+    return {"episode_return": totals[0] / totals[2], "episode_length": totals[1] / totals[2], "episodes_cut": totals[3]}
 
 
 def random_action(spec: EnvSpec, obs: TensorDict, generator: torch.Generator) -> torch.Tensor:
-    """A uniform-random action per row (legal actions only where the env has masks)."""
+    """A uniform-random action per row, sampled from the env's action space with ``generator`` (seeded).
+
+    ``Discrete``: uniform over the legal actions (``action_mask``); ``MultiDiscrete``: uniform per dimension;
+    ``MultiBinary``: fair coins; ``Box``: as Gymnasium's ``Box.sample``: uniform where both bounds are finite,
+    standard normal where neither is (e.g. under ``ClipAction``), an exponential from the finite bound otherwise.
+    """
     batch = obs.batch_size[0]
     device = obs.device
-    if spec.discrete:
+    kind = spec.action_kind
+    if kind == "discrete":
         noise = torch.rand(batch, spec.num_actions, generator=generator, device=device)
         mask = obs.get(keys.ACTION_MASK, None)
         if mask is not None:
             noise = noise.masked_fill(~mask, -1.0)
         return noise.argmax(-1)
+    shape = (batch, *spec.action_shape)
+    if kind == "multi_binary":
+        return torch.randint(0, 2, shape, generator=generator, device=device)
+    if kind == "multi_discrete":
+        nvec = torch.tensor(spec.action_nvec, device=device).reshape(spec.action_shape)
+        u = torch.rand(shape, generator=generator, device=device)
+        return torch.minimum((u * nvec).long(), nvec - 1)
+    return _box_sample(spec, shape, generator, device)
+
+
+def _box_sample(
+    spec: EnvSpec, shape: tuple[int, ...], generator: torch.Generator, device: torch.device
+) -> torch.Tensor:
     low = torch.tensor(spec.action_low, device=device).reshape(spec.action_shape)
     high = torch.tensor(spec.action_high, device=device).reshape(spec.action_shape)
-    u = torch.rand(batch, *spec.action_shape, generator=generator, device=device)
-    return low + (high - low) * u
+    u = torch.rand(shape, generator=generator, device=device)
+    if all(math.isfinite(bound) for bound in (*spec.action_low, *spec.action_high)):
+        return low + (high - low) * u
+    bounded_low, bounded_high = torch.isfinite(low), torch.isfinite(high)
+    normal = torch.randn(shape, generator=generator, device=device)
+    exponential = -torch.log1p(-u)  # Exp(1) from the same uniform draw
+    sample = torch.where(bounded_low & bounded_high, low + (high - low) * u, normal)
+    sample = torch.where(bounded_low & ~bounded_high, low + exponential, sample)
+    return torch.where(~bounded_low & bounded_high, high - exponential, sample)

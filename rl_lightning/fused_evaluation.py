@@ -7,11 +7,12 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rl_lightning import keys
+from rl_lightning import keys, stop
 from rl_lightning.data.fused_step import compile_step, require_fusable
 from rl_lightning.envs.base import BatchedEnv, TorchEnv
 from rl_lightning.envs.noise_step import NoiseSteppedEnv
 from rl_lightning.errors import ConfigError
+from rl_lightning.evaluation import DEFAULT_MAX_STEPS, Episodes
 
 _CHECK_EVERY = 32  # steps between the (host-syncing) "all episodes finished?" checks, as in ``run_episodes``
 
@@ -72,8 +73,8 @@ class CompiledEpisodes:
         self._step = compile_step(step, self.device)
 
     @torch.no_grad()
-    def run(self, seed: int, max_steps: int = 10_000) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(returns, lengths)``, each ``[num_episodes]``, of episodes started from env seed ``seed``."""
+    def run(self, seed: int, max_steps: int = DEFAULT_MAX_STEPS) -> Episodes:
+        """The ``num_episodes`` episodes started from env seed ``seed`` (``finished`` False: cut by ``max_steps``)."""
         batched = BatchedEnv(self.env, self.num_episodes, self.device, seed=seed)
         obs = batched.reset()
         assert batched.state is not None
@@ -87,7 +88,8 @@ class CompiledEpisodes:
             "lengths": zeros.clone(),
         }
         for step in range(max_steps):
+            stop.check()
             self._step(carry)
             if (step + 1) % _CHECK_EVERY == 0 and not bool(carry["running"].any()):
                 break
-        return carry["returns"], carry["lengths"]
+        return Episodes(carry["returns"], carry["lengths"], ~carry["running"])

@@ -26,7 +26,9 @@ def test_compiled_episodes_match_run_episodes(name):
     for index, seed in enumerate((3, 4)):
         expected = run_episodes(module, env, 5, torch.device("cpu"), seed, deterministic=True)
         with torch.compiler.set_stance("fail_on_recompile" if index else "default"):
-            returns, lengths = compiled.run(seed)
+            played = compiled.run(seed)
+        returns, lengths = played.returns, played.lengths
+        assert bool(played.finished.all())
         torch.testing.assert_close(lengths, expected[1], rtol=0, atol=0)
         torch.testing.assert_close(returns, expected[0], rtol=1e-5, atol=1e-4)
 

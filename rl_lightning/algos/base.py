@@ -164,7 +164,7 @@ class RLModule(pl.LightningModule):
             self.trainer.should_stop = True
 
     def validation_step(self, request: Any) -> None:
-        """``rl-lightning validate``: play ``request.num_episodes`` deterministic episodes, log ``eval/*``."""
+        """``rl-lightning validate``: play evaluation episodes as the ``Evaluation`` callback does, log ``eval/*``."""
         self._evaluate_request(request, "eval")
 
     def test_step(self, request: Any) -> None:
@@ -172,18 +172,14 @@ class RLModule(pl.LightningModule):
         self._evaluate_request(request, "test")
 
     def _evaluate_request(self, request: Any, prefix: str) -> None:
-        from rl_lightning.evaluation import run_episodes
+        """The run's ``Evaluation`` settings and env form (``evaluation_for``), ``request`` overriding its
+        ``num_episodes``/``seed`` where set (``data.eval_episodes``/``data.eval_seed``)."""
+        from rl_lightning.callbacks.evaluation import evaluation_for
 
-        env = self.trainer.datamodule.env
-        seed = request.seed + 1_000 * self.trainer.global_rank
-        returns, lengths = run_episodes(
-            self, env, request.num_episodes, self.device, seed, deterministic=self.eval_deterministic
-        )
-        self.log_dict(
-            {f"{prefix}/episode_return": returns.mean(), f"{prefix}/episode_length": lengths.mean()},
-            sync_dist=True,
-            batch_size=request.num_episodes,
-        )
+        with evaluation_for(self.trainer) as evaluation:
+            metrics = evaluation.measure(self.trainer, self, prefix, request.num_episodes, request.seed)
+        # Over all ranks' episodes already, so equal on every rank: sync_dist averages equal values.
+        self.log_dict(metrics, sync_dist=True, batch_size=1)
 
     def log_update(self, metrics: dict[str, Any]) -> None:
         """Log one update's metrics once, as one point each at the current env step; keep them in ``last_metrics``.

@@ -1,8 +1,12 @@
-"""``Evaluation``: periodic deterministic evaluation episodes on a separate env, keyed on updates or env steps."""
+"""``Evaluation``: periodic evaluation episodes on the env's evaluation form, keyed on updates or env steps; its
+settings also drive ``rl-lightning validate``/``test`` (``evaluation_for``)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import lightning.pytorch as pl
@@ -14,7 +18,7 @@ from rl_lightning.callbacks.cadence import Cadence
 from rl_lightning.env_step_log import log_at_env_step, to_floats
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.errors import ConfigError
-from rl_lightning.evaluation import run_episodes
+from rl_lightning.evaluation import DEFAULT_MAX_STEPS, Episodes, episode_metrics, play_episodes
 from rl_lightning.fused_evaluation import CompiledEpisodes, require_compiled_evaluation
 from rl_lightning.video import FrameRecorder, check_renders, require_video_extra, tensorboard_loggers, write_video
 
@@ -24,15 +28,28 @@ class Evaluation(Callback):
 
     Fires in ``on_train_batch_end`` (after the update, before checkpointing) once each time the counter crosses
     a multiple (never on a cycle that made no update), and at the end of training unless the last update was
-    just evaluated. Logs ``eval/episode_return``, ``eval/episode_length``, ``eval/random_episode_return`` (a
-    uniform-random policy on the same env, measured once) and ``eval/margin_over_random`` as one point per
-    evaluation at its env step; the values are averaged over ranks and also feed
-    ``RLCheckpoint(monitor="eval/episode_return")`` and ``rl_lightning.callbacks.EarlyStopping``.
+    just evaluated. Logs ``eval/episode_return``, ``eval/episode_length``, ``eval/episodes_cut``,
+    ``eval/random_episode_return`` (a uniform-random policy on the same env, sampled from its action space,
+    measured once) and ``eval/margin_over_random`` as one point per evaluation at its env step; the values are
+    over all ranks' episodes and also feed ``RLCheckpoint(monitor="eval/episode_return")`` and
+    ``rl_lightning.callbacks.EarlyStopping``.
 
-    The eval env is built once, at the first evaluation, from the datamodule's env constructor arguments
-    (``TorchEnv.fresh``: the training env, live Gymnasium envs included, is never copied), reused by every
-    evaluation and closed when the fit ends. Before acting it waits on the module's ``policy_ready_event``, if
-    any (``CUDAStreamWeightSync``: the acting copy of the weights may still be being written on a side stream).
+    Cut episodes: an episode still running after ``max_steps`` steps is cut. It is counted in
+    ``eval/episodes_cut`` and left out of both means, which are over the episodes that ended (terminated, or
+    truncated by the env's own time limit); if every episode was cut the means are NaN and a warning says so.
+
+    The eval env is the training env's evaluation form, built once, at the first evaluation, from the datamodule's
+    env constructor arguments (``TorchEnv.fresh``: the training env, live Gymnasium envs included, is never copied;
+    for an Atari preset whole games with raw scores), reused by every evaluation and closed when the fit ends.
+    Before acting it waits on the module's ``policy_ready_event``, if any (``CUDAStreamWeightSync``: the acting
+    copy of the weights may still be being written on a side stream). The module is put in eval mode for the
+    episodes and back in its former mode afterwards, also when an episode raises.
+
+    ``rl-lightning validate``/``test`` play once with the same env form and settings (``num_episodes``, ``seed``,
+    ``deterministic``, ``max_steps``; always eagerly, without video or random baseline), logged as ``eval/*`` or
+    ``test/*``; ``data.eval_episodes``/``data.eval_seed``, when set, override ``num_episodes``/``seed`` there. A
+    config without an ``Evaluation`` callback gets these defaults. The resolved ``deterministic`` is saved in the
+    checkpoint, where ``load_policy`` reads it so it acts as the run's evaluation did.
 
     With ``record_video > 0`` the first ``record_video`` policy episodes of each evaluation are drawn by the
     env's ``render_rgb`` (Gymnasium envs: the eval env is made with ``render_mode="rgb_array"``) and written,
@@ -47,7 +64,8 @@ class Evaluation(Callback):
             algorithm's evaluation default (PPO: the mode; SPO: a draw from the search target, as published).
         env: the env core to evaluate on; ``None`` builds one like the datamodule's (same constructor arguments).
         seed: seed of the evaluation env; every evaluation replays the same start states.
-        max_steps: safety bound on steps per evaluation.
+        max_steps: steps after which an episode is cut (counted in ``eval/episodes_cut``, left out of the means).
+            The default 27,000 is an Atari game's 108,000 frames at frame skip 4, so whole games are never cut.
         record_video: episodes recorded per evaluation (at most ``num_episodes``); 0 renders nothing.
         video_fps: frames per second of the recorded videos.
         compile: play with the compiled evaluation step (``CompiledEpisodes``: deterministic act and env step in
@@ -65,7 +83,7 @@ class Evaluation(Callback):
         deterministic: bool | None = None,
         env: TorchEnv | None = None,
         seed: int = 12_345,
-        max_steps: int = 10_000,
+        max_steps: int = DEFAULT_MAX_STEPS,
         record_video: int = 0,
         video_fps: int = 30,
         compile: bool = False,
@@ -78,6 +96,8 @@ class Evaluation(Callback):
                 f"Evaluation: record_video={record_video} must be in [0, num_episodes={num_episodes}] "
                 "(0 records nothing)"
             )
+        if max_steps < 1:
+            raise ConfigError(f"Evaluation: max_steps={max_steps} must be >= 1 (steps after which an episode is cut)")
         if video_fps < 1:
             raise ConfigError(f"Evaluation: video_fps={video_fps} must be >= 1")
         if record_video:
@@ -103,6 +123,7 @@ class Evaluation(Callback):
         self.eval_seconds = 0.0  # wall time spent evaluating (benchmarks subtract it from training time)
         self.history: list[dict[str, float]] = []
         self._built_env: TorchEnv | None = None  # the env built from the datamodule's, once per fit
+        self._resolved_deterministic: bool | None = None  # ``deterministic`` as played (saved for ``load_policy``)
 
     @property
     @override
@@ -131,6 +152,7 @@ class Evaluation(Callback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
+        self._resolved_deterministic = self._deterministic(pl_module)
         if self.compile:
             require_compiled_evaluation(pl_module, self.env or trainer.datamodule.env, self._deterministic(pl_module))
         if self.record_video and trainer.is_global_zero:  # only rank zero records: fail there before training
@@ -156,25 +178,17 @@ class Evaluation(Callback):
     def evaluate(self, trainer: pl.Trainer, pl_module: Any, on_step: bool = True) -> dict[str, float]:
         """Play the episodes, log ``eval/*`` once at the current env step, and return the record."""
         start = time.perf_counter()
-        env = self.eval_env(trainer)
-        seed = self.seed + 1_000 * trainer.global_rank
         if self.random_return is None:
-            random_returns, _ = run_episodes(
-                "random", env, self.num_episodes, pl_module.device, seed, True, self.max_steps
-            )
-            self.random_return = float(trainer.strategy.reduce(random_returns.mean(), reduce_op="mean"))
-        returns, lengths = self._play(trainer, pl_module, env, seed)
-        mean_return = trainer.strategy.reduce(returns.mean(), reduce_op="mean")
-        metrics = {
-            "eval/episode_return": mean_return,
-            "eval/episode_length": trainer.strategy.reduce(lengths.mean(), reduce_op="mean"),
-            "eval/random_episode_return": torch.tensor(self.random_return, device=pl_module.device),  # reducible
-            "eval/margin_over_random": mean_return - self.random_return,
-        }
+            env, seed = self.eval_env(trainer), self.seed + 1_000 * trainer.global_rank
+            played = play_episodes("random", env, self.num_episodes, pl_module.device, seed, True, self.max_steps)
+            self.random_return = float(episode_metrics(played, _sum_over_ranks(trainer))["episode_return"])
+        metrics = self.measure(trainer, pl_module, "eval")
+        metrics["eval/random_episode_return"] = torch.tensor(self.random_return, device=pl_module.device)
+        metrics["eval/margin_over_random"] = metrics["eval/episode_return"] - self.random_return
         record = to_floats(metrics)
         if not trainer.sanity_checking and trainer.state.fn == "fit" and trainer.training:
-            # Already means over ranks (reduced above), so identical on every rank: sync_dist says so to Lightning
-            # (its epoch-level check warns otherwise) and averaging equal values changes nothing.
+            # Already over all ranks' episodes (summed above), so identical on every rank: sync_dist says so to
+            # Lightning (its epoch-level check warns otherwise) and averaging equal values changes nothing.
             pl_module.log_dict(
                 metrics, on_step=on_step, on_epoch=not on_step, batch_size=1, logger=False, sync_dist=True
             )
@@ -185,27 +199,50 @@ class Evaluation(Callback):
         self.history.append(record)
         return record
 
-    def _play(self, trainer: pl.Trainer, pl_module: Any, env: TorchEnv, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The policy's episodes (recorded to TensorBoard on rank zero when ``record_video``): returns, lengths."""
+    def measure(
+        self,
+        trainer: pl.Trainer,
+        pl_module: Any,
+        prefix: str = "eval",
+        num_episodes: int | None = None,
+        seed: int | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """Play the policy's episodes once; ``{prefix}/episode_return``, ``/episode_length``, ``/episodes_cut``.
+
+        The means are over the episodes that ended on all ranks (see the class docstring for cut episodes).
+        ``num_episodes`` and ``seed`` override this callback's for one call (``validate``/``test``).
+        """
+        num_episodes = self.num_episodes if num_episodes is None else num_episodes
+        if num_episodes < 1:
+            raise ConfigError(f"data.eval_episodes={num_episodes} must be >= 1 (or unset: the Evaluation's)")
+        seed = (self.seed if seed is None else seed) + 1_000 * trainer.global_rank
+        played = self._play(trainer, pl_module, self.eval_env(trainer), seed, num_episodes)
+        return {f"{prefix}/{key}": value for key, value in episode_metrics(played, _sum_over_ranks(trainer)).items()}
+
+    def _play(self, trainer: pl.Trainer, pl_module: Any, env: TorchEnv, seed: int, num_episodes: int) -> Episodes:
+        """The policy's episodes (recorded to TensorBoard on rank zero when ``record_video`` in a fit)."""
         wait_for_policy(pl_module)
+        fitting = trainer.state.fn == "fit"
+        recording = self.record_video > 0 and trainer.is_global_zero and fitting
+        recorder = FrameRecorder(env, self.record_video) if recording else None
         was_training = pl_module.training
         pl_module.eval()
-        recording = self.record_video > 0 and trainer.is_global_zero and trainer.state.fn == "fit"
-        recorder = FrameRecorder(env, self.record_video) if recording else None
-        if self.compile:
-            if self._compiled is None:  # compiled once per fit, at the first evaluation
-                self._compiled = CompiledEpisodes(pl_module, env, self.num_episodes, pl_module.device)
-            returns, lengths = self._compiled.run(seed, self.max_steps)
-        else:
-            deterministic = self._deterministic(pl_module)
-            returns, lengths = run_episodes(
-                pl_module, env, self.num_episodes, pl_module.device, seed, deterministic, self.max_steps, recorder
-            )
-        pl_module.train(was_training)
+        try:
+            if self.compile and fitting:
+                if self._compiled is None:  # compiled once per fit, at the first evaluation
+                    self._compiled = CompiledEpisodes(pl_module, env, self.num_episodes, pl_module.device)
+                played = self._compiled.run(seed, self.max_steps)
+            else:
+                deterministic = self._deterministic(pl_module)
+                played = play_episodes(
+                    pl_module, env, num_episodes, pl_module.device, seed, deterministic, self.max_steps, recorder
+                )
+        finally:
+            pl_module.train(was_training)
         if recorder is not None:
             loggers = tensorboard_loggers(trainer, f"Evaluation: record_video={self.record_video}")
-            write_video(loggers, "eval/video", recorder.video(lengths), pl_module.env_steps, self.video_fps)
-        return returns, lengths
+            write_video(loggers, "eval/video", recorder.video(played.lengths), pl_module.env_steps, self.video_fps)
+        return played
 
     def _deterministic(self, pl_module: Any) -> bool:
         return pl_module.eval_deterministic if self.deterministic is None else self.deterministic
@@ -216,6 +253,7 @@ class Evaluation(Callback):
             "random_return": self.random_return,
             "last_updates": self.last_updates,
             "cadence": self.cadence.state_dict(),
+            "deterministic": self._resolved_deterministic,  # read by ``load_policy``; the config wins on resume
         }
 
     @override
@@ -236,3 +274,26 @@ def wait_for_policy(pl_module: Any) -> None:
     event = getattr(pl_module, "policy_ready_event", None)
     if event is not None:
         event.wait()
+
+
+def _sum_over_ranks(trainer: pl.Trainer) -> Any:
+    return functools.partial(trainer.strategy.reduce, reduce_op="sum")
+
+
+@contextlib.contextmanager
+def evaluation_for(trainer: pl.Trainer) -> Iterator[Evaluation]:
+    """The run's ``Evaluation`` callback (its settings), or one with the defaults when the config has none.
+
+    ``validate``/``test`` play with it. A default one exists for this call only: its eval env is closed on exit
+    (the run's callback closes its own at teardown).
+    """
+    found = [callback for callback in trainer.callbacks if isinstance(callback, Evaluation)]
+    if found:
+        yield found[0]
+        return
+    default = Evaluation(every_n_updates=1)
+    default._resolved_deterministic = default._deterministic(trainer.lightning_module)
+    try:
+        yield default
+    finally:
+        default.teardown(trainer, trainer.lightning_module, "validate")

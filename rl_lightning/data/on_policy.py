@@ -49,8 +49,9 @@ class OnPolicyDataModule(pl.LightningDataModule):
             ``seed + r·num_envs`` so ranks collect different trajectories.
         device: where envs and rollouts live; ``"auto"`` follows the module's device.
         check_env: validate every action against the action space and masks (slow, for debugging).
-        eval_episodes: episodes played by ``rl-lightning validate``/``test``.
-        eval_seed: seed of those episodes' env.
+        eval_episodes: episodes played by ``rl-lightning validate``/``test``; ``None`` takes the ``Evaluation``
+            callback's ``num_episodes`` (its other settings always apply there: env form, deterministic, max_steps).
+        eval_seed: seed of those episodes' env; ``None`` takes the ``Evaluation`` callback's ``seed``.
         check_finite: fail with the env's name and index when it returns a NaN/inf observation or reward (one host
             sync per rollout, no per-step cost).
         compile: collect with the fused rollout step (policy, sampling, env step, auto-reset, storage write in one
@@ -69,8 +70,8 @@ class OnPolicyDataModule(pl.LightningDataModule):
         seed: int | None = None,
         device: str = "auto",
         check_env: bool = False,
-        eval_episodes: int = 10,
-        eval_seed: int = 12_345,
+        eval_episodes: int | None = None,
+        eval_seed: int | None = None,
         check_finite: bool = True,
         compile: bool = False,
     ) -> None:
@@ -231,10 +232,11 @@ class OnPolicyDataModule(pl.LightningDataModule):
 
 @dataclass  # not frozen: Lightning rebuilds batches when moving them to a device
 class EvalRequest:
-    """The one "batch" of ``validate``/``test``: play ``num_episodes`` episodes with env seed ``seed``."""
+    """The one "batch" of ``validate``/``test``: play ``num_episodes`` episodes with env seed ``seed`` (``None``:
+    the ``Evaluation`` callback's)."""
 
-    num_episodes: int
-    seed: int
+    num_episodes: int | None
+    seed: int | None
 
 
 class EvalOnce:

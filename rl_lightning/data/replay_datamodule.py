@@ -54,8 +54,9 @@ class ReplayDataModule(OnPolicyDataModule):
         seed: base seed; ``None`` takes the CLI's ``seed_everything`` value (per-rank offsets as on-policy).
         device: where envs, rollouts and the ring live; ``"auto"`` follows the module's device.
         check_env: validate every action against the action space and masks (slow, for debugging).
-        eval_episodes: episodes played by ``rl-lightning validate``/``test``.
-        eval_seed: seed of those episodes' env.
+        eval_episodes: episodes played by ``rl-lightning validate``/``test``; ``None`` takes the ``Evaluation``
+            callback's ``num_episodes`` (its other settings always apply there: env form, deterministic, max_steps).
+        eval_seed: seed of those episodes' env; ``None`` takes the ``Evaluation`` callback's ``seed``.
     """
 
     def __init__(
@@ -73,8 +74,8 @@ class ReplayDataModule(OnPolicyDataModule):
         seed: int | None = None,
         device: str = "auto",
         check_env: bool = False,
-        eval_episodes: int = 10,
-        eval_seed: int = 12_345,
+        eval_episodes: int | None = None,
+        eval_seed: int | None = None,
     ) -> None:
         _require_positive("data.rollout_length", rollout_length, "set the env steps per env per update, e.g. 32")
         _require_positive("data.buffer_size", buffer_size, "set the transitions kept per rank, e.g. 65536")
