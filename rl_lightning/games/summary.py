@@ -1,0 +1,86 @@
+"""A match's result as game players read it: the score with its interval, the baseline, and the tests.
+
+Per match (``rl_lightning.games.match.MatchResult``):
+
+* ``<score>``, ``<score>_low``, ``<score>_high``: the tested player's mean score per game with its 95% Student-t
+  interval, where ``<score>`` is ``points_per_hand`` for Hearts (points taken, lower is better) and
+  ``<name>_per_game`` for other games (their returns). With duplicate deals the sample is the per-deal mean over
+  the S seat rotations (the rotations of a deal are not independent; their mean over deals is);
+* ``baseline_<score>``: the opponent's own score in the same seats (a game of opponents only; the same deals when
+  duplicate);
+* ``p_value``: two-sided test of "the tested player scores differently from the opponent in its seat": a paired
+  t-test on per-deal differences with duplicate deals (``stats.paired_p_value`` says why that test), else
+  Welch's t-test on the games;
+* two-seat games also: ``win_rate``, ``draw_rate``, ``loss_rate`` with Wilson intervals (``_low``/``_high``; they
+  count games as independent, which duplicate deals of a game with chance make slightly optimistic),
+  ``baseline_win_rate``, and ``p_value_win_rate``: the exact binomial (sign) test of wins against losses, draws
+  left out, against even chances;
+* ``games``: the tested player's games.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rl_lightning.games.match import MatchResult
+from rl_lightning.games.stats import (
+    binomial_p_value,
+    mean_interval,
+    paired_p_value,
+    welch_p_value,
+    wilson_interval,
+)
+
+
+def score_key(result: MatchResult) -> str:
+    """The metric name of the score: ``points_per_hand`` (Hearts) or ``<score_name>_per_game``."""
+    return "points_per_hand" if result.score_name == "points" else f"{result.score_name}_per_game"
+
+
+def match_metrics(result: MatchResult, confidence: float = 0.95) -> dict[str, float]:
+    """The metrics of the module docstring, as Python floats (NaN where a quantity cannot be estimated)."""
+    tested, base = result.seat_scores("tested").double(), result.seat_scores("baseline").double()
+    if result.duplicate:
+        sample, base_sample = tested.mean(1), base.mean(1)
+    else:
+        sample, base_sample = tested.flatten(), base.flatten()
+    interval = mean_interval(sample, confidence)
+    key = score_key(result)
+    out = {key: interval.mean, f"{key}_low": interval.low, f"{key}_high": interval.high,
+           "games": float(tested.numel())}  # fmt: skip
+    has_baseline = not bool(torch.isnan(base_sample).any())
+    out[f"baseline_{key}"] = float(base_sample.mean()) if has_baseline else float("nan")
+    if not has_baseline:
+        out["p_value"] = float("nan")
+    elif result.duplicate:
+        out["p_value"] = paired_p_value(sample, base_sample)
+    else:
+        out["p_value"] = welch_p_value(sample, base_sample)
+    if result.tested.shape[-1] == 2:
+        out.update(_two_seat_metrics(result, confidence, has_baseline))
+    return out
+
+
+def _two_seat_metrics(result: MatchResult, confidence: float, has_baseline: bool) -> dict[str, float]:
+    """Win/draw/loss rates of the tested seat against the other seat, and the sign test."""
+    outcome = result.outcomes("tested").sum(-1)  # [D, S]: the one other seat's comparison
+    games = outcome.numel()
+    wins, losses = int((outcome > 0).sum()), int((outcome < 0).sum())
+    out: dict[str, float] = {}
+    for name, count in (("win_rate", wins), ("draw_rate", games - wins - losses), ("loss_rate", losses)):
+        rate = wilson_interval(count, games, confidence)
+        out.update({name: rate.mean, f"{name}_low": rate.low, f"{name}_high": rate.high})
+    base_wins = float((result.outcomes("baseline").sum(-1) > 0).double().mean())
+    out["baseline_win_rate"] = base_wins if has_baseline else float("nan")
+    out["p_value_win_rate"] = binomial_p_value(wins, wins + losses)
+    return out
+
+
+def pairwise_counts(result: MatchResult) -> tuple[int, int, int]:
+    """The tested player's wins, ties and losses against each other seat of its games (for ratings)."""
+    outcome = result.outcomes("tested")
+    seats = outcome.shape[-1]
+    off_diagonal = ~torch.eye(seats, dtype=torch.bool, device=outcome.device)
+    values = outcome[:, off_diagonal]
+    wins, losses = int((values > 0).sum()), int((values < 0).sum())
+    return wins, values.numel() - wins - losses, losses

@@ -1,0 +1,151 @@
+"""The match driver: seats rotated, duplicate deals replayed, scores read per seat; PolicyBot; the rating fit."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats as sps
+
+from rl_lightning.algos import PPO
+from rl_lightning.errors import ConfigError
+from rl_lightning.games.match import PolicyBot, play_games, play_match
+from rl_lightning.games.rating import expected_score, fit_elo
+from rl_lightning.games.summary import match_metrics, pairwise_counts
+from tests.game_match_toys import HighCard, MaxBot, MinBot, best_score
+
+BONUS = torch.tensor([5.0, 0.0, 0.0, 0.0])
+
+
+def test_play_games_replays_deals_from_the_deal_seed() -> None:
+    env = HighCard()
+    first = play_games(env, [MinBot()] * 4, 37, deal_seed=3, seed=0, batch_size=8)
+    again = play_games(env, [MinBot()] * 4, 37, deal_seed=3, seed=99, batch_size=8)
+    other = play_games(env, [MinBot()] * 4, 37, deal_seed=4, seed=0, batch_size=8)
+    assert first.shape == (37, 4)
+    assert torch.equal(first, again)  # MinBot's score is its card: the same deals
+    assert not torch.equal(first, other)
+
+
+def test_duplicate_match_rotates_the_tested_seat_over_the_same_deals() -> None:
+    result = play_match(HighCard(), MaxBot(), MinBot(), num_deals=40, seed=1, duplicate=True, batch_size=16)
+    cards = result.baseline[:, 0] - BONUS  # an all-MinBot game scores each seat's card (+ seat 0's bonus)
+    for r in range(4):
+        expected = cards + BONUS
+        expected[:, r] = best_score(cards[:, r]) + BONUS[r]
+        assert torch.equal(result.tested[:, r], expected), f"rotation {r}"
+    metrics = match_metrics(result)
+    gain = (2 - cards % 2).mean(1)  # per deal: MaxBot's gain over MinBot in the same seat
+    assert metrics["return_per_game"] == pytest.approx(float((cards + BONUS).mean() + gain.mean()))
+    assert metrics["baseline_return_per_game"] == pytest.approx(float((cards + BONUS).mean()))
+    assert metrics["games"] == 160
+    assert metrics["p_value"] < 1e-10
+    assert "win_rate" not in metrics  # four seats: no win/draw/loss
+
+
+def test_non_duplicate_match_draws_fresh_deals_for_each_rotation() -> None:
+    result = play_match(HighCard(), MaxBot(), MinBot(), num_deals=40, seed=1, duplicate=False, batch_size=16)
+    assert not torch.equal(result.tested[:, 0, 2], result.tested[:, 1, 2])  # MinBot's card in seat 2 differs
+    assert not torch.equal(result.baseline[:, 0], result.baseline[:, 1])
+    metrics = match_metrics(result)
+    assert metrics["games"] == 160
+    assert metrics["p_value"] < 0.05  # Welch over 160 independent games
+    # Duplicate deals cancel the cards' variance: the same gain is far more significant.
+    duplicate = match_metrics(play_match(HighCard(), MaxBot(), MinBot(), num_deals=40, seed=1, batch_size=16))
+    assert duplicate["p_value"] < metrics["p_value"] * 1e-6
+
+
+def test_same_player_on_both_sides_scores_its_own_baseline() -> None:
+    metrics = match_metrics(play_match(HighCard(), MaxBot(), MaxBot(), num_deals=20, seed=2))
+    assert metrics["return_per_game"] == metrics["baseline_return_per_game"]
+    assert metrics["p_value"] == 1.0
+
+
+def test_lower_is_better_scores_are_points_per_hand() -> None:
+    result = play_match(HighCard(lower_is_better=True), MaxBot(), MinBot(), num_deals=30, seed=0)
+    metrics = match_metrics(result)
+    assert metrics["points_per_hand"] < metrics["baseline_points_per_hand"]
+    wins, ties, losses = pairwise_counts(result)
+    assert wins + ties + losses == 30 * 4 * 3
+    assert wins > losses  # fewer points won more comparisons
+
+
+def test_two_seat_match_reports_win_draw_loss_with_wilson_intervals() -> None:
+    result = play_match(HighCard(seats=2, seat_bonus=0.0), MaxBot(), MinBot(), num_deals=200, seed=3)
+    cards = result.baseline[:, 0]  # [D, 2]
+    own = best_score(cards)  # MaxBot's score in seat r, against MinBot's card in the other seat
+    wins = int((own > cards.flip(1)).sum())
+    losses = int((own < cards.flip(1)).sum())
+    metrics = match_metrics(result)
+    assert metrics["win_rate"] == pytest.approx(wins / 400)
+    assert metrics["loss_rate"] == pytest.approx(losses / 400)
+    assert metrics["draw_rate"] == pytest.approx(1 - (wins + losses) / 400)
+    assert metrics["win_rate_low"] < metrics["win_rate"] < metrics["win_rate_high"]
+    assert metrics["p_value_win_rate"] == pytest.approx(sps.binomtest(wins, wins + losses).pvalue)
+    assert metrics["p_value_win_rate"] < 1e-3
+    assert metrics["baseline_win_rate"] == pytest.approx(float((cards > cards.flip(1)).double().mean()))
+
+
+def test_policy_bot_acts_legally_and_reproducibly_with_a_seed() -> None:
+    env = HighCard()
+    module = PPO(env_spec=env.spec, hidden_sizes=(8,)).eval()
+    seen: list[torch.Tensor] = []
+
+    class Checked(PolicyBot):
+        def __call__(self, obs, action_mask, seat, generator):
+            action = super().__call__(obs, action_mask, seat, generator)
+            seen.append(action_mask.gather(1, action.unsqueeze(1)))
+            return action
+
+    sampled = [play_match(env, Checked(module, deterministic=False), MinBot(), 30, seed=5).tested for _ in range(2)]
+    assert torch.equal(sampled[0], sampled[1])
+    assert bool(torch.cat(seen).all())
+    greedy = play_match(env, Checked(module, deterministic=True), MinBot(), 30, seed=5).tested
+    assert not torch.equal(greedy, sampled[0])
+
+
+def test_lineup_must_fill_every_seat() -> None:
+    with pytest.raises(ConfigError, match="HighCard has 4 seats but the lineup names 2 players"):
+        play_games(HighCard(), [MinBot(), MinBot()], 4, deal_seed=0, seed=0)
+
+
+def test_hearts_heuristic_beats_random_over_duplicate_deals() -> None:
+    pytest.importorskip("pyspiel")
+    from rl_lightning.envs.games import OpenSpielEnv
+    from rl_lightning.envs.games.bots import HeartsHeuristic, RandomBot
+
+    env = OpenSpielEnv("open_spiel:hearts")
+    heuristic = HeartsHeuristic()
+    first = play_games(env, [heuristic] * 4, 16, deal_seed=7, seed=0)
+    assert torch.equal(first, play_games(env, [heuristic] * 4, 16, deal_seed=7, seed=1))  # same deals, same play
+    assert not torch.equal(first, play_games(env, [heuristic] * 4, 16, deal_seed=8, seed=0))
+    assert env.live_count == 0  # every game released
+    metrics = match_metrics(play_match(env, heuristic, RandomBot(), num_deals=60, seed=0))
+    assert metrics["points_per_hand"] < metrics["baseline_points_per_hand"]
+    assert metrics["p_value"] < 0.01
+
+
+def test_fit_elo_recovers_known_ratings() -> None:
+    truth = {"a": 0.0, "b": 200.0, "c": 500.0}
+    names = list(truth)
+    games = 20_000
+    wins = np.zeros((3, 3))
+    for i, x in enumerate(names):
+        for j, y in enumerate(names):
+            if i != j:
+                wins[i, j] = games * expected_score(truth[x], truth[y])  # expected counts: the fit is exact
+    ratings = fit_elo(names, wins, np.zeros((3, 3)), anchor="a", prior_draws=0.0)
+    for name in names:
+        assert ratings[name] == pytest.approx(truth[name], abs=1e-3)
+
+
+def test_fit_elo_keeps_an_unbeaten_player_finite_and_rejects_bad_input() -> None:
+    wins = np.array([[0.0, 50.0], [0.0, 0.0]])
+    ratings = fit_elo(["strong", "weak"], wins, np.zeros((2, 2)))
+    assert math.isfinite(ratings["strong"])
+    assert ratings["strong"] > ratings["weak"]
+    assert ratings["strong"] + ratings["weak"] == pytest.approx(0.0, abs=1e-9)  # no anchor: mean 0
+    with pytest.raises(ValueError, match="anchor='nobody'"):
+        fit_elo(["strong", "weak"], wins, np.zeros((2, 2)), anchor="nobody")
