@@ -20,8 +20,10 @@ from rl_lightning.networks.mlp import flat_size, mlp
 from rl_lightning.networks.normalizers import RewardScaler, observation_normalizer
 from rl_lightning.objectives.gae import generalized_advantage_estimate
 from rl_lightning.objectives.ppo import explained_variance, ppo_loss
+from rl_lightning.objectives.seat_credit import seat_credit, seat_gae
 
 REWARD_RETURNS_KEY = "reward_scaler_returns"
+TRAIN_KEY = "train"  # self-play rollouts: the rows that learn (learning seats' decisions whose credit is complete)
 # What one optimiser step reports, in this order (logged as ``train/<name>``, averaged over the update's steps).
 TERM_NAMES = ("loss", "loss_policy", "loss_value", "loss_entropy", "approx_kl", "clip_fraction", "entropy", "grad_norm")
 _KL_INDEX = TERM_NAMES.index("approx_kl")
@@ -121,6 +123,11 @@ class PPO(RLModule):
         if compile_update:
             require_torch_compile("model.compile_update")
         spec = self.env_spec
+        if normalize_reward and spec.num_seats > 1:
+            raise ConfigError(
+                "model.normalize_reward=true is not supported in multi-seat games (its running return is per game, "
+                "not per seat); set model.normalize_reward: false"
+            )
         require_action_kind(spec, "PPO", ACTION_KINDS)
         self.encoder = ObsEncoder(spec, encoder)
         self.critic_encoder = None if share_encoder else ObsEncoder(spec, encoder)
@@ -271,6 +278,8 @@ class PPO(RLModule):
             raise ConfigError("PPO received an empty rollout; data.num_steps and data.num_envs must be >= 1")
         if keys.VALUE not in batch:
             batch[keys.VALUE] = self.critic(self._critic_features(batch)).squeeze(-1)
+        if self.env_spec.num_seats > 1:
+            return self._process_selfplay(batch)
         batch[keys.NEXT_VALUE] = self._next_value(batch)
         reward = batch[keys.REWARD]  # stays raw in the rollout
         if self.reward_scaler is not None:
@@ -288,6 +297,40 @@ class PPO(RLModule):
         batch[keys.ADVANTAGE] = advantage
         batch[keys.RETURN] = value_target
         return batch
+
+    def _process_selfplay(self, batch: TensorDict) -> TensorDict:
+        """Per-seat targets of a self-play rollout (``objectives/seat_credit.py``): each decision's credited reward,
+        its seat's next value, GAE along the seat's own decisions; ``train`` marks the rows that learn (learning
+        seats, credit complete)."""
+        credit = seat_credit(
+            batch[keys.SEAT],
+            batch[keys.REWARD],
+            batch[keys.TERMINATED],
+            batch[keys.TRUNCATED],
+            batch[keys.VALUE],
+            self._final_seat_values(batch),
+        )
+        advantage, value_target = seat_gae(credit, batch[keys.VALUE], self.hparams.gamma, self.hparams.gae_lambda)
+        batch[keys.NEXT_VALUE] = credit.next_value
+        batch[keys.ADVANTAGE] = advantage
+        batch[keys.RETURN] = value_target
+        batch[TRAIN_KEY] = batch["learner"] & ~credit.open
+        return batch
+
+    def _final_seat_values(self, batch: TensorDict) -> torch.Tensor | None:
+        """``[T, B, S]``: each seat's value of its own view of a truncated game's last state (0 on other ticks);
+        ``None`` when the env never truncates (it then emits no ``final_obs``)."""
+        if keys.FINAL_OBS not in batch:
+            return None
+        truncated = batch[keys.TRUNCATED]
+        final_obs = batch[keys.FINAL_OBS][truncated]  # [N, S, *obs]: one host sync per rollout
+        seats = self.env_spec.num_seats
+        rows = TensorDict({keys.OBS: final_obs.reshape(-1, *final_obs.shape[2:])}, [final_obs.shape[0] * seats])
+        values = torch.zeros(*truncated.shape, seats, dtype=batch[keys.VALUE].dtype, device=truncated.device)
+        if final_obs.shape[0] == 0:  # no game was truncated in this rollout
+            return values
+        values[truncated] = self.critic(self._critic_features(rows)).reshape(-1, seats).to(values.dtype)
+        return values
 
     def _next_value(self, batch: TensorDict) -> torch.Tensor:
         """``V(final_obs)`` of every step of a ``[T, B]`` rollout, running the critic only where it must.
@@ -324,17 +367,22 @@ class PPO(RLModule):
     def training_step(self, dataloader_iter: Iterator[Any]) -> None:
         rollout, _, _ = next(dataloader_iter)
         batch = rollout.batch.reshape(-1)
+        collected, observed = batch.numel(), batch[keys.OBS]
+        if TRAIN_KEY in batch:  # self-play: only learning seats' complete decisions train; carried rows are no steps
+            collected -= int(self.env_spec.num_seats * rollout.batch.batch_size[1])
+            observed = batch[keys.OBS][~batch["carried"]]
+            batch = batch[batch[TRAIN_KEY]]
         hp = self.hparams
         optimizer = self.optimizers()
         if hp.anneal_lr and self.total_env_steps:
-            frac = 1.0 - min(self.env_steps - batch.numel() * self.trainer.world_size, self.total_env_steps) / (
+            frac = 1.0 - min(self.env_steps - collected * self.trainer.world_size, self.total_env_steps) / (
                 self.total_env_steps
             )
             for group in optimizer.param_groups:
                 group["lr"] = frac * hp.lr
         stats = self.update(batch, optimizer)
         if self.obs_normalizer is not None:  # after the update: it learns from the inputs the rollout was acted on
-            self.obs_normalizer.update(batch[keys.OBS])
+            self.obs_normalizer.update(observed)
         self.mark_update()
         self._log_update(batch, rollout.stats, stats)
 
@@ -351,8 +399,13 @@ class PPO(RLModule):
         """
         hp = self.hparams
         batch = batch.reshape(-1)
-        size = batch.numel()
-        minibatch = size // hp.num_minibatches
+        minibatch = batch.numel() // hp.num_minibatches
+        if minibatch < 2:  # self-play keeps only the learning seats' decisions: their number varies
+            raise ConfigError(
+                f"this rollout has {batch.numel()} decisions to learn from, fewer than 2 per minibatch for "
+                f"model.num_minibatches={hp.num_minibatches}; raise data.num_steps or data.num_envs"
+            )
+        size = minibatch * hp.num_minibatches  # a remainder of rows is left out of each epoch (self-play only)
         columns = {key: batch[key] for key in _UPDATE_KEYS}
         columns[keys.OBS] = self._obs(batch)  # the statistics are frozen during an update: normalise once
         if keys.ACTION_MASK in batch:

@@ -15,6 +15,7 @@ from tensordict import TensorDict
 from rl_lightning.data.collector import Collector
 from rl_lightning.data.fused_collector import FusedCollector
 from rl_lightning.data.fused_step import require_fusable
+from rl_lightning.data.selfplay import make_selfplay
 from rl_lightning.envs.base import BatchedEnv, EnvSpec, TorchEnv
 from rl_lightning.errors import ConfigError
 
@@ -59,6 +60,12 @@ class OnPolicyDataModule(pl.LightningDataModule):
             (CartPole, Pendulum, Catch) and PPO with Discrete or Box actions; anything else is refused at setup. The
             first rollout compiles (seconds; inductor's disk cache shortens it in later processes). On CPU it pays
             most with few envs, where per-op overhead dominates (benchmarks/README.md has the figures).
+        seats: multi-seat games: who plays each seat, ``{seat: kind}`` with kind ``self`` (the learning policy; the
+            default for unlisted seats), ``league``, ``random``, a bot class path or a ``.ckpt`` file
+            (``rl_lightning/data/league.py``). Only the learning seats' decisions train.
+        league: multi-seat games: ``{size: K, snapshot_every_n_updates: N, share: p}``, a pool of the last ``K``
+            snapshots of the learning policy (one every ``N`` updates); ``league`` seats, and in a share ``p`` of
+            games every ``self`` seat but one, play a snapshot drawn per game.
     """
 
     def __init__(
@@ -74,6 +81,8 @@ class OnPolicyDataModule(pl.LightningDataModule):
         eval_seed: int | None = None,
         check_finite: bool = True,
         compile: bool = False,
+        seats: dict[int, str] | None = None,
+        league: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         _require_positive("data.num_envs", num_envs, "set it to the number of parallel envs per rank, e.g. 8")
@@ -90,6 +99,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self.compile = compile
         self.eval_episodes = eval_episodes
         self.eval_seed = eval_seed
+        self.selfplay = make_selfplay(env.spec, seats, league)  # multi-seat games only (DESIGN.md §10)
         self.world_size = 1
         self.local_env_steps = 0
         self.collector: Collector | None = None
@@ -132,6 +142,8 @@ class OnPolicyDataModule(pl.LightningDataModule):
 
     def _make_collector(self, env: BatchedEnv, seed: int) -> Any:
         """The collector stepping ``env`` (sequence-replay modules emit a different row layout)."""
+        if self.selfplay is not None:
+            return self.selfplay.collector(env, seed, self.trainer.lightning_module if self.trainer else None)
         if self.compile:
             return FusedCollector(env, seed=seed, compile=True)
         return Collector(env, seed=seed)
@@ -139,6 +151,10 @@ class OnPolicyDataModule(pl.LightningDataModule):
     def check_fit_config(self, module: Any) -> None:
         """Config arithmetic that would make a run fail or never optimise; raises one-line ``ValueError``s."""
         module.check_config(self)
+        if self.compile and self.selfplay is not None:
+            raise ConfigError(
+                "data.compile=true does not support multi-seat games (self-play); set data.compile: false"
+            )
         if self.compile:
             require_fusable(module, self.env, self.check_env)
         per_update = self.rollout_size * self.world_size
@@ -174,6 +190,8 @@ class OnPolicyDataModule(pl.LightningDataModule):
         # The fused collector takes the module itself (it acts through ``act_from_noise``), the eager one its policy.
         env = self.collector.env
         policy = module if self.compile else module.acting_policy(env, deterministic=False, training=True)
+        if self.selfplay is not None:
+            self.selfplay.before_rollout(module)  # a league snapshot when one is due
         batch = self.collector.rollout(policy, self.num_steps, module.policy_version)
         self.local_env_steps += self.rollout_size
         batch = module.process_rollout(batch)
@@ -204,6 +222,8 @@ class OnPolicyDataModule(pl.LightningDataModule):
         if self.collector is not None:
             # Only rank 0 writes checkpoints: gather every rank's collector so each resumes its own streams.
             state["collectors"] = _gather_per_rank(_to_cpu(self.collector.state_dict()), self.world_size)
+        if self.selfplay is not None:
+            state["league"] = self.selfplay.state_dict()
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -214,6 +234,8 @@ class OnPolicyDataModule(pl.LightningDataModule):
     def _apply_state(self, state: dict[str, Any]) -> None:
         assert self.collector is not None
         self.local_env_steps = int(state.get("local_env_steps", 0))
+        if self.selfplay is not None and self.trainer is not None:
+            self.selfplay.load_state_dict(state.get("league"), self.trainer.lightning_module)
         collectors = state.get("collectors", [])
         rank = self.trainer.global_rank if self.trainer is not None else 0
         if len(collectors) == self.world_size:

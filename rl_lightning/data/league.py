@@ -1,0 +1,235 @@
+"""Who plays each seat of a self-play game: the seat map, the opponents it names, and the league of past selves.
+
+A seat map (``data.seats``) maps seat numbers to players: ``self`` (the learning policy, whose decisions train),
+``league`` (a frozen snapshot of the learning policy, sampled per game from the league's pool), ``random``
+(uniform over legal actions), a bot class or callable path (``pkg.mod.Class`` or ``pkg.mod:Class``: the class is
+instantiated without arguments; a bot is ``bot(obs, action_mask, seat, generator) -> action [B]``), or a
+checkpoint file (``*.ckpt``: that policy, frozen). Unlisted seats are ``self``.
+
+Each game's players are drawn when it starts, as an int64 ``[B, S]`` table of player ids: 0 is the learning
+policy, ``1..P`` the fixed opponents of the seat map (one per distinct entry), ``P+1..P+K`` the league's slots.
+With ``league.share = p``, a share ``p`` of games keep one uniformly chosen ``self`` seat learning and give every
+other ``self`` seat the game's league snapshot (one snapshot per game, uniform over the pool).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from rl_lightning import keys
+from rl_lightning.errors import ConfigError
+
+SELF, LEAGUE, RANDOM = "self", "league", "random"
+#: An opponent as the collector calls it: ``(obs, generator) -> action [B]``.
+Actor = Callable[[TensorDict, torch.Generator], torch.Tensor]
+
+
+def parse_seats(seats: dict[Any, Any] | None, num_seats: int, game: str) -> list[str]:
+    """The player spec of every seat (unlisted seats are ``self``); one-line ``ConfigError`` on bad input."""
+    specs = [SELF] * num_seats
+    for key, value in (seats or {}).items():
+        try:
+            seat = int(key)
+        except (TypeError, ValueError):
+            seat = -1
+        if not 0 <= seat < num_seats:
+            raise ConfigError(
+                f"data.seats names seat {key!r}, but {game} has seats 0..{num_seats - 1}; map only those seats"
+            )
+        specs[seat] = _check_spec(str(value).strip(), seat)
+    if SELF not in specs:
+        raise ConfigError(
+            f"data.seats={dict(seats or {})!r} maps no seat to 'self', so nothing would train; map at least one"
+        )
+    return specs
+
+
+def _check_spec(spec: str, seat: int) -> str:
+    if spec in (SELF, LEAGUE, RANDOM) or spec.endswith(".ckpt") or "." in spec or ":" in spec:
+        return spec
+    raise ConfigError(
+        f"data.seats[{seat}]={spec!r} is not a seat kind; use self, league, random, a bot class path "
+        "(pkg.module.Class or pkg.module:Class) or a checkpoint file (*.ckpt)"
+    )
+
+
+def random_actor(obs: TensorDict, generator: torch.Generator) -> torch.Tensor:
+    """Uniform over the legal actions of each row (Gumbel-max over ``action_mask``)."""
+    mask = obs[keys.ACTION_MASK]
+    noise = torch.rand(mask.shape, generator=generator, device=mask.device)
+    return noise.masked_fill(~mask, -1.0).argmax(-1)
+
+
+def load_bot(path: str, seat: int) -> Actor:
+    """Import ``pkg.mod.Name``/``pkg.mod:Name``; a class is instantiated without arguments; wrap as an ``Actor``."""
+    module_name, _, attr = path.rpartition(":") if ":" in path else path.rpartition(".")
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise ConfigError(
+            f"data.seats[{seat}]={path!r}: cannot import the bot ({type(error).__name__}: {error}); give an "
+            "importable class or callable path, e.g. rl_lightning.envs.games.bots.HeartsHeuristic"
+        ) from None
+    bot = target() if isinstance(target, type) else target
+    if not callable(bot):
+        raise ConfigError(f"data.seats[{seat}]={path!r} is not callable; a bot is bot(obs, action_mask, seat, gen)")
+    return lambda obs, generator: bot(obs, obs[keys.ACTION_MASK], obs[keys.SEAT], generator)
+
+
+def check_checkpoint(path: str, seat: int) -> None:
+    """Refuse a checkpoint seat whose file is missing, before any work starts."""
+    if not Path(path).is_file():
+        raise ConfigError(f"data.seats[{seat}]={path!r}: no such checkpoint file; give the path of a .ckpt")
+
+
+def frozen_copy(module: Any, state: dict[str, torch.Tensor] | None = None) -> Any:
+    """A new module of ``module``'s class and hyper-parameters with ``state`` (default: its current weights),
+    in eval mode without gradients: a player that acts but never learns."""
+    copy = type(module)(**module.hparams)
+    copy.load_state_dict(module.state_dict() if state is None else state)
+    copy.requires_grad_(False).eval()
+    return copy.to(module.device)
+
+
+def module_actor(module: Any) -> Actor:
+    """A frozen module as an ``Actor``: its stochastic training policy."""
+    return lambda obs, generator: module.act(obs, generator)[keys.ACTION]
+
+
+class League:
+    """A pool of the last ``size`` snapshots of the learning policy, one taken every ``snapshot_every_n_updates``.
+
+    Checkpointed: the pool's weights (``state_dict``, the same on every rank) and, per rank, the generator that
+    draws the games' snapshots and league games (``generator_state``), so a resumed run continues the same
+    opponent stream.
+
+    Args:
+        size: snapshots kept (the oldest is dropped first).
+        snapshot_every_n_updates: updates between snapshots (the first is the initial policy).
+        share: share of games in which the ``self`` seats but one play the game's snapshot.
+    """
+
+    def __init__(self, size: int = 5, snapshot_every_n_updates: int = 10, share: float = 0.0) -> None:
+        checks = [
+            ("size", isinstance(size, int) and size >= 1, "use >= 1 snapshots"),
+            ("snapshot_every_n_updates", isinstance(snapshot_every_n_updates, int) and snapshot_every_n_updates >= 1,
+             "use >= 1"),
+            ("share", 0.0 <= share <= 1.0, "use a share of games in [0, 1]"),
+        ]  # fmt: skip
+        for name, ok, fix in checks:
+            if not ok:
+                value = {"size": size, "snapshot_every_n_updates": snapshot_every_n_updates, "share": share}[name]
+                raise ConfigError(f"data.league.{name}={value!r} is invalid: {fix}")
+        self.size, self.every, self.share = size, snapshot_every_n_updates, share
+        self.slots: list[Any] = []  # frozen modules, oldest first
+        self.versions: list[int] = []  # the policy_version each slot was taken at
+        self.last_snapshot_update = -1
+        self.generator = torch.Generator()
+
+    def maybe_snapshot(self, module: Any) -> None:
+        """Add ``module``'s current weights when ``snapshot_every_n_updates`` updates have passed."""
+        if self.last_snapshot_update >= 0 and module.updates - self.last_snapshot_update < self.every:
+            return
+        self.last_snapshot_update = module.updates
+        self._add(module, None, module.policy_version)
+
+    def _add(self, module: Any, state: dict[str, torch.Tensor] | None, version: int) -> None:
+        if len(self.slots) < self.size:
+            self.slots.append(frozen_copy(module, state))
+            self.versions.append(version)
+            return
+        # Reuse the oldest slot's module: its id (the player id) becomes the newest snapshot's.
+        oldest = self.versions.index(min(self.versions))
+        self.slots[oldest].load_state_dict(module.state_dict() if state is None else state)
+        self.versions[oldest] = version
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "weights": [{k: v.cpu() for k, v in slot.state_dict().items()} for slot in self.slots],
+            "versions": list(self.versions),
+            "last_snapshot_update": self.last_snapshot_update,
+        }
+
+    def load_state_dict(self, state: dict[str, Any], module: Any) -> None:
+        self.slots, self.versions = [], []
+        for weights, version in zip(state["weights"], state["versions"]):
+            self.slots.append(frozen_copy(module, weights))
+            self.versions.append(version)
+        self.last_snapshot_update = int(state["last_snapshot_update"])
+
+
+class SeatPlayers:
+    """The players of every seat, and the draw of each new game's players (``assign``).
+
+    Args:
+        specs: ``parse_seats`` output.
+        league: the league (needed when a seat is ``league`` or ``league.share > 0``), else ``None``.
+        device: where the player tables live.
+    """
+
+    def __init__(self, specs: list[str], league: League | None, device: torch.device) -> None:
+        self.specs = specs
+        self.league = league
+        self.device = device
+        fixed = [spec for spec in dict.fromkeys(specs) if spec not in (SELF, LEAGUE)]
+        self.fixed_ids = {spec: 1 + i for i, spec in enumerate(fixed)}
+        self.actors: dict[int, Actor] = {}
+        for spec, player in self.fixed_ids.items():  # bots import now: a bad path fails before any work
+            seat = specs.index(spec)
+            if spec == RANDOM:
+                self.actors[player] = random_actor
+            elif spec.endswith(".ckpt"):
+                check_checkpoint(spec, seat)  # loaded by ``bind``, with the learning module's class
+            else:
+                self.actors[player] = load_bot(spec, seat)
+        seat_ids = [0 if s == SELF else self.fixed_ids.get(s, -1) for s in specs]  # -1: the game's league snapshot
+        self.base = torch.tensor(seat_ids, dtype=torch.int64, device=device)
+        self.self_seats = torch.tensor([s == SELF for s in specs], device=device)
+
+    @property
+    def league_first_id(self) -> int:
+        return 1 + len(self.fixed_ids)
+
+    def bind(self, module: Any) -> None:
+        """Load the checkpoint seats, with ``module``'s class."""
+        for spec, player in self.fixed_ids.items():
+            if spec.endswith(".ckpt"):
+                loaded = type(module).load_from_checkpoint(spec, map_location=module.device, weights_only=False)
+                self.actors[player] = module_actor(loaded.requires_grad_(False).eval())
+
+    def to(self, device: torch.device) -> SeatPlayers:
+        """Keep the player tables on ``device`` (the env's)."""
+        self.device = torch.device(device)
+        self.base, self.self_seats = self.base.to(self.device), self.self_seats.to(self.device)
+        return self
+
+    def acting(self) -> list[tuple[int, Actor]]:
+        """Every player but the learning policy that may act now: fixed opponents, then filled league slots."""
+        players = list(self.actors.items())
+        if self.league is not None:
+            first = self.league_first_id
+            players += [(first + k, module_actor(slot)) for k, slot in enumerate(self.league.slots)]
+        return players
+
+    def assign(self, num_games: int) -> torch.Tensor:
+        """Draw the players of ``num_games`` new games: int64 ``[num_games, S]`` player ids."""
+        players = self.base.expand(num_games, -1).clone()
+        league = self.league
+        if league is None:
+            return players
+        gen = league.generator
+        pool = max(len(league.slots), 1)
+        snapshot = self.league_first_id + torch.randint(pool, (num_games, 1), generator=gen).to(self.device)
+        # A league game keeps one uniformly drawn ``self`` seat learning; the other ``self`` seats play the snapshot.
+        league_game = (torch.rand(num_games, 1, generator=gen) < league.share).to(self.device)
+        keeper = torch.rand(num_games, len(self.specs), generator=gen).to(self.device)
+        keeper = keeper.masked_fill(~self.self_seats, -1.0).argmax(-1, keepdim=True)
+        seats = torch.arange(len(self.specs), device=self.device)
+        to_snapshot = (players < 0) | (league_game & self.self_seats & (seats != keeper))
+        return torch.where(to_snapshot, snapshot, players)

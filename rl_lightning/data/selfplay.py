@@ -1,0 +1,222 @@
+"""``SelfPlayCollector``: collects a multi-seat turn-based game with one shared learning policy (DESIGN.md §10).
+
+Every tick the learning policy acts for all rows at once (one batched forward); each row's action is then
+replaced, with ``torch.where``, by the action of the player its acting seat belongs to in that game (a bot, a
+checkpoint, a league snapshot: each computed for the whole batch, no per-row Python). Rows whose acting seat is
+the learning policy are flagged ``learner``: only those train.
+
+A rollout is ``[S + T, B]``: ``T`` ticks of play, after ``S`` carried rows. A learning decision whose seat neither
+decides again nor sees its game end before the rollout ends is open (``objectives/seat_credit.py``): it is not
+trained in its own rollout but carried, with the reward its seat received so far, into the next one as carried row
+``seat`` of that game, where its credit is complete. Carried rows are flagged ``carried`` (they are not new env
+steps; they were collected by the previous policy, so ``policy/lag`` reads 1).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from rl_lightning import keys
+from rl_lightning.data.collector import Policy
+from rl_lightning.data.collector_base import CollectorBase
+from rl_lightning.data.episode_stats import FinishedEpisodes
+from rl_lightning.data.league import LEAGUE, League, SeatPlayers, parse_seats
+from rl_lightning.envs.base import BatchedEnv
+from rl_lightning.errors import ConfigError
+from rl_lightning.objectives.seat_credit import open_tails
+
+LEARNER = "learner"  # bool: the acting seat is the learning policy (only these rows train)
+CARRIED = "carried"  # bool: an open decision carried over from the previous rollout
+PLAYER = "player"  # int64: the id of the player who acted (0: the learning policy)
+_STEP_KEYS = (keys.REWARD, keys.TERMINATED, keys.TRUNCATED, keys.FINAL_OBS)
+
+
+class SelfPlayCollector(CollectorBase):
+    """Steps a multi-seat ``BatchedEnv`` with the learning policy and the seat map's other players.
+
+    Episode stats are per learning seat: ``episode_return`` is the mean, over finished games and their learning
+    seats, of what the seat received in the game; ``game_score`` the engine's score of those seats (Hearts: points
+    taken per hand) where the env reports one.
+
+    Args:
+        env: the batched multi-seat env (owned from now on).
+        players: who plays each seat (``SeatPlayers``, bound to the module).
+        seed: seeds the action-sampling generator.
+    """
+
+    live_keys = ("obs",)
+    _obs: TensorDict | None
+
+    def __init__(self, env: BatchedEnv, players: SeatPlayers, seed: int = 0) -> None:
+        super().__init__(env, seed)
+        self.players = players
+        self.num_seats = env.spec.num_seats
+        self._episode_return = torch.zeros(env.num_envs, self.num_seats, device=env.device)
+        self.scores = FinishedEpisodes(env.device)
+        self._player: torch.Tensor | None = None
+        self._carry: TensorDict | None = None
+
+    def reset_episodes(self) -> None:
+        super().reset_episodes()
+        self._player = None
+        self._carry = None
+
+    @torch.no_grad()
+    def rollout(self, policy: Policy, num_steps: int, policy_version: int) -> TensorDict:
+        """``num_steps`` ticks; returns the ``[S + num_steps, num_envs]`` rollout (carried rows first)."""
+        start = time.perf_counter()
+        if self._obs is None:
+            self._obs = self.env.reset()
+            self._player = self.players.assign(self.num_envs)
+        rows = []
+        opponents = self.players.acting()
+        for _ in range(num_steps):
+            obs = self._obs
+            acted = policy(obs, self.generator)
+            player = self._player.gather(1, obs[keys.SEAT].unsqueeze(1)).squeeze(1)
+            action = acted[keys.ACTION]
+            for player_id, actor in opponents:
+                action = torch.where(player == player_id, actor(obs, self.generator), action)
+            out = self.env.step(action)
+            row = {**dict(obs.items()), **dict(acted.items()), keys.ACTION: action, PLAYER: player}
+            row.update({key: out[key] for key in _STEP_KEYS if key in out})
+            rows.append(row)
+            self._finish_games(out)
+            next_obs = out.select(*obs.keys(include_nested=False), strict=False)
+            next_obs[keys.IS_FIRST] = out[keys.IS_FIRST]
+            self._obs = next_obs
+        ticks = TensorDict(
+            {key: torch.stack([row[key] for row in rows]) for key in rows[0]},
+            batch_size=[num_steps, self.num_envs],
+            device=self.env.device,
+        )
+        self.env.watch(ticks.exclude(PLAYER))
+        self.env.check_outputs()
+        ticks[keys.POLICY_VERSION] = torch.full(ticks.batch_size, policy_version, dtype=torch.int64,
+                                                device=self.env.device)  # fmt: skip
+        ticks[LEARNER] = ticks[PLAYER] == 0
+        ticks[CARRIED] = torch.zeros(ticks.batch_size, dtype=torch.bool, device=self.env.device)
+        batch = torch.cat([self._carried(ticks), ticks], 0)
+        self._carry = self._open_rows(batch)
+        self.last_collect_seconds = time.perf_counter() - start
+        return batch
+
+    def _finish_games(self, out: TensorDict) -> None:
+        """Episode stats of the games that ended on this tick (learning seats only), then draw their next players."""
+        done = out[keys.TERMINATED] | out[keys.TRUNCATED]
+        self._episode_return += out[keys.REWARD]
+        self._episode_length += 1
+        learning = done.unsqueeze(-1) & (self._player == 0)
+        self.finished.update(self._episode_return, self._episode_length.unsqueeze(-1), learning)
+        if "game_score" in out:
+            self.scores.update(out["game_score"], self._episode_length.unsqueeze(-1), learning)
+        self._episode_return.masked_fill_(done.unsqueeze(-1), 0.0)
+        self._episode_length.masked_fill_(done, 0.0)
+        self._player = torch.where(done.unsqueeze(-1), self.players.assign(self.num_envs), self._player)
+
+    def _carried(self, ticks: TensorDict) -> TensorDict:
+        """The ``[S, B]`` carried rows: last rollout's open learning decisions (none yet: rows that never train)."""
+        if self._carry is not None:
+            return self._carry
+        template = torch.zeros(self.num_seats, dtype=torch.int64, device=self.env.device)
+        carry = ticks[template].clone()  # shaped like a tick; marked as not learning, so it never trains
+        carry[keys.SEAT] = torch.arange(self.num_seats, device=self.env.device).unsqueeze(1).expand_as(carry[keys.SEAT])
+        carry[keys.REWARD].zero_()
+        carry[keys.TERMINATED].zero_()
+        carry[keys.TRUNCATED].zero_()
+        carry[LEARNER].zero_()
+        carry[CARRIED].fill_(True)
+        return carry
+
+    def _open_rows(self, batch: TensorDict) -> TensorDict:
+        """The open learning decisions at the end of ``batch``, as next rollout's carried rows."""
+        seats = self.num_seats
+        done = batch[keys.TERMINATED] | batch[keys.TRUNCATED]
+        row, has, partial = open_tails(batch[keys.SEAT], batch[keys.REWARD], done, seats)
+        games = torch.arange(self.num_envs, device=row.device).expand(seats, -1)
+        carry = batch[row.T, games].clone()  # [S, B]: carried row j of game b is seat j's open decision
+        has = has.T & carry[LEARNER]
+        carry[keys.SEAT] = torch.arange(seats, device=row.device).unsqueeze(1).expand(seats, self.num_envs)
+        eye = torch.eye(seats, dtype=partial.dtype, device=partial.device).unsqueeze(1)  # [S, 1, S]
+        carry[keys.REWARD] = (partial.T * has).unsqueeze(-1) * eye
+        carry[keys.TERMINATED].zero_()
+        carry[keys.TRUNCATED].zero_()
+        carry[LEARNER] = has
+        carry[CARRIED].fill_(True)
+        return carry
+
+    def episode_stats(self) -> dict[str, torch.Tensor]:
+        stats = super().episode_stats()
+        if self.scores.updated:
+            stats["game_score"] = self.scores.compute()["episode_return"]
+            self.scores.reset()
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.players.league is not None:
+            state["league_generator"] = self.players.league.generator.get_state()
+        if "env_state" in state and self._player is not None:
+            state["player"] = self._player.clone()
+            if self._carry is not None:
+                state["carry"] = self._carry.to_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if "league_generator" in state and self.players.league is not None:
+            self.players.league.generator.set_state(state["league_generator"])
+        if "player" in state:
+            self._player = state["player"].to(self.env.device)
+            if "carry" in state:
+                self._carry = TensorDict(state["carry"], batch_size=[self.num_seats, self.num_envs]).to(self.env.device)
+
+
+class SelfPlay:
+    """What ``OnPolicyDataModule`` adds for a multi-seat game: the seat map, the league and their checkpointing.
+
+    Built at the datamodule's construction, so a bad seat map or a bot that does not import fails before any work.
+    """
+
+    def __init__(self, spec: Any, seats: dict[Any, Any] | None, league: dict[str, Any] | None) -> None:
+        specs = parse_seats(seats, spec.num_seats, repr(spec.name))
+        wants_league = league is not None or LEAGUE in specs
+        self.league = League(**(league or {})) if wants_league else None
+        self.players = SeatPlayers(specs, self.league, torch.device("cpu"))
+
+    def collector(self, env: BatchedEnv, seed: int, module: Any) -> SelfPlayCollector:
+        """The collector of ``env``; league draws are seeded from ``seed`` (each rank its own stream)."""
+        if self.league is not None:
+            self.league.generator.manual_seed(seed + 20_011)
+        if module is not None:
+            self.players.bind(module)
+        return SelfPlayCollector(env, self.players.to(env.device), seed=seed)
+
+    def before_rollout(self, module: Any) -> None:
+        """Take a league snapshot when one is due."""
+        if self.league is not None:
+            self.league.maybe_snapshot(module)
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """The league's pool (the same on every rank); its per-rank generator lives in the collector's state."""
+        return None if self.league is None else self.league.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any] | None, module: Any) -> None:
+        if self.league is not None and state is not None:
+            self.league.load_state_dict(state, module)
+
+
+def make_selfplay(spec: Any, seats: dict[Any, Any] | None, league: dict[str, Any] | None) -> SelfPlay | None:
+    """``SelfPlay`` for a multi-seat env; ``None`` for a single-agent one (where a seat map is refused)."""
+    if spec.num_seats > 1:
+        return SelfPlay(spec, seats, league)
+    for name, value in (("seats", seats), ("league", league)):
+        if value is not None:
+            raise ConfigError(
+                f"data.{name}={value!r} applies to multi-seat games, but {spec.name!r} has one seat; remove it"
+            )
+    return None

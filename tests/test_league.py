@@ -1,0 +1,69 @@
+"""The league: snapshots every N updates, a pool of the last K, per-game draws that are seeded and checkpointed."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from rl_lightning.callbacks import RLCheckpoint
+from rl_lightning.data.league import League, SeatPlayers
+from rl_lightning.data.selfplay import PLAYER
+from tests.helpers import trainer
+from tests.test_selfplay import Rollouts, tiny_selfplay
+
+LEAGUE = {"size": 2, "snapshot_every_n_updates": 2, "share": 0.5}
+
+
+def test_league_games_keep_one_learning_seat_and_draw_filled_slots():
+    league = League(size=3, snapshot_every_n_updates=1, share=1.0)
+    league.slots = [object(), object()]  # two snapshots taken so far
+    players = SeatPlayers(["self", "self", "random", "self"], league, torch.device("cpu"))
+    table = players.assign(500)
+    assert (table[:, 2] == 1).all()  # the random seat keeps its bot (player 1)
+    self_seats = table[:, [0, 1, 3]]
+    assert ((self_seats == 0).sum(1) == 1).all()  # share 1.0: exactly one learning seat per game
+    snapshots = self_seats[self_seats != 0]
+    assert set(snapshots.unique().tolist()) == {2, 3}  # league ids 2.. for the two filled slots only
+    counts = torch.bincount((self_seats == 0).int().argmax(1), minlength=3)
+    assert counts.min() > 120  # the learning seat is uniform over the self seats
+    league.share = 0.0
+    assert (players.assign(100)[:, [0, 1, 3]] == 0).all()
+
+
+def test_snapshots_every_n_updates_keep_the_last_k(tmp_path):
+    pl.seed_everything(0)
+    module, dm = tiny_selfplay(league={"size": 2, "snapshot_every_n_updates": 2, "share": 0.5}, total_env_steps=280,
+                               num_steps=10)  # fmt: skip
+    trainer(tmp_path).fit(module, dm)
+    league = dm.selfplay.league
+    assert module.updates == 7
+    assert league.last_snapshot_update == 6  # taken before updates 0, 2, 4, 6
+    assert sorted(league.versions) == [4, 6]  # the oldest (0, 2) dropped
+    newest = league.slots[league.versions.index(6)]
+    assert not any(p.requires_grad for p in newest.parameters())
+
+
+def _fit(tmp_path, updates, ckpt_path=None):
+    pl.seed_everything(11)
+    module, dm = tiny_selfplay(league=LEAGUE, seats={2: "league"}, total_env_steps=40 * updates)
+    rollouts = Rollouts()
+    checkpoint = RLCheckpoint(every_n_updates=1, dirpath=str(tmp_path / "ckpt"), save_last=True)
+    trainer(tmp_path, callbacks=[rollouts, checkpoint], enable_checkpointing=True).fit(module, dm, ckpt_path=ckpt_path)
+    return module, [batch[PLAYER] for batch in rollouts.batches]
+
+
+def test_resume_continues_the_same_opponent_stream(tmp_path):
+    straight, straight_players = _fit(tmp_path / "a", 6)
+    _, first = _fit(tmp_path / "b", 3)
+    with pytest.warns(UserWarning, match="exists and is not empty"):
+        resumed, rest = _fit(tmp_path / "b", 6, ckpt_path=str(tmp_path / "b" / "ckpt" / "last.ckpt"))
+    assert len(first) == 3
+    assert len(rest) == 3
+    league_ids = torch.cat(straight_players)
+    assert (league_ids >= 1).any()  # opponents were drawn from the league ...
+    assert len(league_ids[league_ids >= 1].unique()) == 2  # ... from both of its slots
+    for a, b in zip(straight_players, first + rest):
+        assert torch.equal(a, b)
+    for a, b in zip(straight.parameters(), resumed.parameters()):
+        assert torch.equal(a, b)

@@ -1,0 +1,132 @@
+"""Self-play collection: seat map, learner mask, carried open decisions, opponents never train, bad seat maps."""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from rl_lightning import keys
+from rl_lightning.algos import PPO
+from rl_lightning.data import OnPolicyDataModule
+from rl_lightning.data.selfplay import CARRIED, LEARNER, PLAYER
+from rl_lightning.envs import CartPole
+from rl_lightning.errors import ConfigError
+from rl_lightning.objectives.seat_credit import seat_credit
+from tests.helpers import trainer
+from tests.selfplay_toys import TurnToy
+
+
+def tiny_selfplay(num_steps=10, total_env_steps=200, seats=None, league=None, env=None, **model_kwargs):
+    dm = OnPolicyDataModule(
+        env or TurnToy(3, max_episode_steps=9), num_envs=4, num_steps=num_steps, total_env_steps=total_env_steps,
+        seats=seats, league=league,
+    )  # fmt: skip
+    kwargs = {"hidden_sizes": (16,), "update_epochs": 2, "num_minibatches": 2, **model_kwargs}
+    return PPO(env_spec=dm.env_spec, **kwargs), dm
+
+
+class Rollouts(Callback):
+    """Keeps each update's rollout (its players, actions and learning rows)."""
+
+    def __init__(self):
+        self.batches = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.batches.append(trainer.datamodule.last_rollout.batch.clone())
+
+
+def _fit(tmp_path, module, dm, callbacks=(), **kwargs):
+    trainer(tmp_path, callbacks=list(callbacks), **kwargs).fit(module, dm)
+
+
+def test_rollout_rows_players_and_carried_open_decisions(tmp_path):
+    pl.seed_everything(0)
+    module, dm = tiny_selfplay(
+        seats={1: "random", 2: "tests.selfplay_toys:LastLegalBot"}, total_env_steps=160, num_steps=20
+    )
+    rollouts = Rollouts()
+    _fit(tmp_path, module, dm, [rollouts])
+    seats = 3
+    for batch in rollouts.batches:
+        assert batch.batch_size == torch.Size([seats + 20, 4])
+        ticks = batch[seats:]
+        seat, player = ticks[keys.SEAT], ticks[PLAYER]
+        assert torch.equal(player, torch.tensor([0, 1, 2])[seat])  # the seat map, every tick of every game
+        assert torch.equal(ticks[LEARNER], seat == 0)
+        legal = ticks[keys.ACTION_MASK].gather(-1, ticks[keys.ACTION].unsqueeze(-1)).squeeze(-1)
+        assert legal.all()
+        bot = seat == 2
+        highest = (ticks[keys.ACTION_MASK] * torch.arange(3)).argmax(-1)
+        assert torch.equal(ticks[keys.ACTION][bot], highest[bot])
+        assert batch[CARRIED][:seats].all()
+        assert not batch[CARRIED][seats:].any()
+        assert not batch[LEARNER][1:seats].any()  # only seat 0 learns, so only its carried row can
+    # Each update's carried row of seat 0 is the previous rollout's open decision of seat 0, with its reward so far.
+    for before, after in zip(rollouts.batches, rollouts.batches[1:]):
+        credit = seat_credit(before[keys.SEAT], before[keys.REWARD], before[keys.TERMINATED], before[keys.TRUNCATED],
+                             before[keys.VALUE])  # fmt: skip
+        for b in range(4):
+            open_rows = (credit.open[:, b] & (before[keys.SEAT][:, b] == 0)).nonzero().flatten().tolist()
+            assert bool(after[LEARNER][0, b]) == bool(open_rows)
+            if open_rows:
+                t = open_rows[0]
+                assert torch.equal(after[keys.OBS][0, b], before[keys.OBS][t, b])
+                assert int(after[keys.ACTION][0, b]) == int(before[keys.ACTION][t, b])
+                assert float(after[keys.REWARD][0, b, 0]) == pytest.approx(float(credit.reward[t, b]))
+        assert torch.equal(after["train"], after[LEARNER] & ~seat_credit(
+            after[keys.SEAT], after[keys.REWARD], after[keys.TERMINATED], after[keys.TRUNCATED], after[keys.VALUE]
+        ).open)  # fmt: skip
+
+
+class _Corrupt(OnPolicyDataModule):
+    """Overwrites every row that must not train (opponents, open decisions) with garbage after its targets."""
+
+    def collect(self):
+        rollout = super().collect()
+        batch, skip = rollout.batch, ~rollout.batch["train"]
+        batch[keys.OBS][skip] = float("nan")
+        batch[keys.ADVANTAGE][skip] = 1e6
+        batch[keys.RETURN][skip] = float("nan")
+        batch[keys.LOGPROB][skip] = -50.0
+        batch[keys.ACTION][skip] = 0
+        return rollout
+
+
+def _weights_after(tmp_path, corrupt):
+    pl.seed_everything(3)
+    dm_class = _Corrupt if corrupt else OnPolicyDataModule
+    dm = dm_class(TurnToy(3, max_episode_steps=9), num_envs=4, num_steps=10, total_env_steps=120,
+                  seats={2: "random"}, league={"size": 2, "snapshot_every_n_updates": 1, "share": 0.5})  # fmt: skip
+    module = PPO(env_spec=dm.env_spec, hidden_sizes=(16,), update_epochs=2, num_minibatches=2)
+    _fit(tmp_path, module, dm)
+    return [p.detach().clone() for p in module.parameters()], module
+
+
+def test_opponents_and_open_decisions_never_contribute_a_gradient(tmp_path):
+    clean, _ = _weights_after(tmp_path / "a", corrupt=False)
+    dirty, module = _weights_after(tmp_path / "b", corrupt=True)
+    assert module.updates == 3
+    for a, b in zip(clean, dirty):
+        assert torch.isfinite(b).all()
+        assert torch.equal(a, b)
+
+
+def test_bad_seat_maps_fail_with_one_line_before_any_work():
+    env = TurnToy(3)
+    cases = [
+        ({5: "self"}, "data.seats names seat 5, but 'TurnToy' has seats 0..2"),
+        ({1: "teammate"}, "data.seats[1]='teammate' is not a seat kind"),
+        ({1: "no_such_pkg.bots:Bot"}, "data.seats[1]='no_such_pkg.bots:Bot': cannot import the bot"),
+        ({1: "missing.ckpt"}, "data.seats[1]='missing.ckpt': no such checkpoint file"),
+        ({0: "random", 1: "random", 2: "random"}, "maps no seat to 'self'"),
+    ]
+    for seats, message in cases:
+        with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")) as error:
+            OnPolicyDataModule(env, seats=seats)
+        assert "\n" not in str(error.value)
+    with pytest.raises(ConfigError, match="applies to multi-seat games"):
+        OnPolicyDataModule(CartPole(), seats={0: "self"})
+    with pytest.raises(ConfigError, match="normalize_reward"):
+        PPO(env_spec=env.spec, normalize_reward=True)
