@@ -7,8 +7,10 @@ One API for every algorithm, as a plain Gymnasium loop needs it::
     policy.reset()                      # a new episode (DreamerV3 clears its recurrent state; no-op otherwise)
     action = policy(obs)                # numpy in, an action of env.action_space out
 
-A ``Policy`` acts exactly as evaluation does (``rl_lightning.evaluation.run_episodes``): the module's ``act`` with
-frozen observation statistics, then the action conversion every Gymnasium backend applies before ``env.step``.
+A ``Policy`` acts exactly as evaluation does (``rl_lightning.evaluation.play_episodes``): the module's ``act`` with
+frozen observation statistics (eval mode), sampling or not as the run's ``Evaluation`` did, then the action
+conversion every Gymnasium backend applies before ``env.step``. Evaluation plays the env's evaluation form: for an
+Atari preset, ``rl_lightning.envs.make_eval_env`` builds that env as a plain Gymnasium env.
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ def load_policy(
         action_space: the env's action space. Without it the space is rebuilt from the checkpoint's ``EnvSpec``,
             which records ``n`` and the Box bounds but not a ``Discrete`` ``start`` or a Box dtype; pass
             ``env.action_space`` when yours has a non-zero start or a non-float32 Box.
-        deterministic: act with the mode (True) or sample (False); ``None`` acts as the run's evaluation did.
+        deterministic: act with the mode (True) or sample (False); ``None`` acts as the run's evaluation did: the
+            ``deterministic`` its ``Evaluation`` callback played with (saved in the checkpoint), else the
+            algorithm's evaluation default (PPO, DreamerV3: the mode; SPO: a sample unless ``eval_greedy``).
         seed: seeds the policy's generator (sampled actions, DreamerV3's latents).
         device: where the networks run.
     """
@@ -57,7 +61,17 @@ def load_policy(
             f"are one of {sorted(FAMILIES)}"
         )
     module = FAMILIES[family].load_from_checkpoint(path, map_location=device, weights_only=False)
+    if deterministic is None:
+        deterministic = evaluation_deterministic(checkpoint)
     return Policy(module, action_space, deterministic, seed)
+
+
+def evaluation_deterministic(checkpoint: dict[str, Any]) -> bool | None:
+    """The ``deterministic`` the run's ``Evaluation`` callback played with, if the checkpoint records one."""
+    for key, state in (checkpoint.get("callbacks") or {}).items():
+        if str(key).startswith("Evaluation") and isinstance(state, dict) and state.get("deterministic") is not None:
+            return bool(state["deterministic"])
+    return None
 
 
 class Policy:

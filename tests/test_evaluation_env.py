@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import lightning.pytorch as pl
+import numpy as np
+import pytest
 import torch
 
+from rl_lightning import keys
 from rl_lightning.callbacks import Evaluation
-from rl_lightning.envs import CartPole, GymnasiumEnv
+from rl_lightning.envs import BatchedEnv, CartPole, GymnasiumEnv, make_eval_env
+from rl_lightning.envs.gymnasium.atari import named_preset
+from rl_lightning.envs.gymnasium.backend import draw_seeds
+from rl_lightning.envs.gymnasium.factory import EnvFactory
 from rl_lightning.evaluation import run_episodes
 from tests.helpers import tiny_ppo, trainer
 
@@ -86,3 +92,59 @@ def test_evaluation_waits_on_policy_ready_event_before_acting(tmp_path):
     trainer(tmp_path, callbacks=[evaluation]).fit(module, dm)
     phases = [entry for i, entry in enumerate(log) if i == 0 or entry != log[i - 1]]
     assert phases == ["train", "wait", "eval", "train", "wait", "eval"]
+
+
+# ----- make_eval_env: the evaluation form as one plain Gymnasium env (load_policy on Atari) ----------------------
+def _random_game(env, seed: int, steps: int = 5_000) -> tuple[list[float], list[int], bool]:
+    """Rewards and lives of one episode of seeded random actions; whether it ended within ``steps``."""
+    rng = np.random.default_rng(seed)
+    _, info = env.reset(seed=seed)
+    rewards, lives = [], [info["lives"]]
+    for _ in range(steps):
+        _, reward, terminated, truncated, info = env.step(int(rng.integers(env.action_space.n)))
+        rewards.append(float(reward))
+        lives.append(info["lives"])
+        if terminated or truncated:
+            return rewards, lives, True
+    return rewards, lives, False
+
+
+def test_make_eval_env_plays_whole_atari_games_where_training_ends_at_a_life_loss():
+    pytest.importorskip("ale_py")
+    evaluation = make_eval_env("Breakout", atari_preset="baselines")
+    assert evaluation.observation_space.shape == (4, 84, 84)
+    _, lives, ended = _random_game(evaluation, seed=0)
+    assert ended
+    assert lives[0] == 5
+    assert lives[-1] == 0  # one episode: the whole game
+    training = EnvFactory("Breakout", atari=named_preset("baselines"))()
+    _, lives, ended = _random_game(training, seed=0)
+    assert ended
+    assert lives[-1] == 4  # the training form ends the episode at the first life loss
+
+
+def test_make_eval_env_gives_raw_scores_where_training_clips():
+    pytest.importorskip("ale_py")
+    raw, _, _ = _random_game(make_eval_env("SpaceInvaders", atari_preset="baselines"), seed=1, steps=300)
+    clipped, _, _ = _random_game(EnvFactory("SpaceInvaders", atari=named_preset("baselines"))(), seed=1, steps=300)
+    assert max(raw) > 1  # invaders are worth 5 to 30 points
+    assert max(clipped) == 1
+
+
+def test_make_eval_env_steps_as_the_evaluation_callbacks_env():
+    """Reset with the seed ``play_episodes`` gives its first row, the same actions: the same frames and rewards."""
+    pytest.importorskip("ale_py")
+    rows = BatchedEnv(GymnasiumEnv("Breakout", atari_preset="baselines").fresh(), 1, seed=12_345)
+    plain = make_eval_env("Breakout", atari_preset="baselines")
+    expected = rows.reset()[keys.OBS][0].numpy()
+    (seed,) = draw_seeds(1, torch.Generator().manual_seed(12_345))
+    obs, _ = plain.reset(seed=seed)
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        assert np.array_equal(obs, expected)
+        action = int(rng.integers(4))
+        out = rows.step(torch.tensor([action]))
+        obs, reward, *_ = plain.step(action)
+        assert reward == float(out[keys.REWARD][0])
+        expected = out[keys.OBS][0].numpy()
+    rows.close()

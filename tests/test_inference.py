@@ -268,3 +268,58 @@ def test_dict_observations_single_and_batched_as_the_env_returns_them():
         policy({"position": raw["position"]})
     with pytest.raises(ConfigError, match="mix one observation and a batch"):
         policy({"position": raw["position"], "velocity": raw["velocity"][0]})
+
+
+#: Run in a fresh interpreter by the test below: load a multi-part-action PPO checkpoint and act on its bandit.
+LOAD_MULTI = """
+import json, sys
+import numpy as np, torch
+from tensordict import TensorDict
+import rl_lightning
+from rl_lightning import keys
+from rl_lightning.algos import PPO
+from tests import space_envs
+ckpt, env = sys.argv[1], getattr(space_envs, sys.argv[2])()
+policy = rl_lightning.load_policy(ckpt)
+given = rl_lightning.load_policy(ckpt, action_space=env.action_space)
+obs, _ = env.reset(seed=0)
+action = policy(obs, deterministic=True)
+env.step(action)  # the bandit asserts that the action is in its space
+module = PPO.load_from_checkpoint(ckpt, map_location="cpu")
+own = module.act(TensorDict({keys.OBS: torch.as_tensor(obs)[None]}, batch_size=[1]), deterministic=True)
+print(json.dumps({"action": np.asarray(action).tolist(), "own": own[keys.ACTION][0].tolist(),
+                  "given": np.asarray(given(obs, deterministic=True)).tolist(),
+                  "batch": list(policy(np.stack([obs, obs])).shape), "space": str(policy.action_space),
+                  "deterministic": policy.deterministic,
+                  "eval_mode": not any(m.training for m in policy.module.modules())}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("cls", "space", "deterministic"),
+    [("MultiDiscreteBandit", "MultiDiscrete([3 4 5])", True), ("MultiBinaryBandit", "MultiBinary((4,))", False)],
+)
+def test_multi_part_action_checkpoints_load_and_act_in_a_fresh_process(tmp_path, cls, space, deterministic):
+    """PPO checkpoints of ``MultiDiscrete``/``MultiBinary`` envs act on the env; the policy samples or not as the run's
+    ``Evaluation`` played (``deterministic: false`` for the second), and its module is in eval mode."""
+    from tests.test_env_gymnasium_cli import TINY_PPO, run_cli
+
+    init_args = {"every_n_env_steps": 1_000, "num_episodes": 2, "deterministic": deterministic}
+    evaluation = {"class_path": "rl_lightning.callbacks.Evaluation", "init_args": init_args}
+    tiny = {**TINY_PPO, "trainer": {"enable_progress_bar": False, "callbacks+": [evaluation]}}
+    env = {
+        "class_path": "rl_lightning.envs.GymnasiumEnv",
+        "init_args": {"env_class": {"class_path": f"tests.space_envs.{cls}"}},
+    }
+    done = run_cli(tmp_path, env, tiny=tiny)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (ckpt,) = (tmp_path / "runs").rglob("last.ckpt")
+    loaded = subprocess.run([sys.executable, "-c", LOAD_MULTI, str(ckpt), cls], cwd=ROOT, env=_environ(),
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    result = json.loads(loaded.stdout.strip().splitlines()[-1])
+    assert result["action"] == result["own"] == result["given"]
+    assert result["batch"] == [2, len(result["own"])]
+    assert result["space"] == space
+    assert result["deterministic"] is deterministic
+    assert result["eval_mode"]

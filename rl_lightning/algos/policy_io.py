@@ -132,11 +132,17 @@ def env_actions(action: torch.Tensor, space: spaces.Space, single: bool, obs: An
 def action_space_from_spec(spec: EnvSpec) -> spaces.Space:
     """The action space as far as the checkpoint's ``EnvSpec`` records it.
 
-    ``EnvSpec`` keeps ``n`` and the Box shape and bounds, not a ``Discrete`` ``start`` nor a Box dtype: this gives
-    ``Discrete(n)`` (start 0) and a float32 ``Box``. An env with another start or dtype must pass its own space.
+    ``EnvSpec`` keeps ``n``, the Box shape and bounds, a ``MultiDiscrete``'s ``nvec`` and a ``MultiBinary``'s shape,
+    not a ``start`` nor a dtype: this gives ``Discrete(n)`` and ``MultiDiscrete(nvec)`` (start 0), a float32 ``Box``
+    and an int8 ``MultiBinary``. An env with another start or dtype must pass its own space.
     """
-    if spec.discrete:
+    kind = spec.action_kind
+    if kind == "discrete":
         return spaces.Discrete(spec.num_actions)
+    if kind == "multi_discrete":
+        return spaces.MultiDiscrete(np.asarray(spec.action_nvec, dtype=np.int64).reshape(spec.action_shape))
+    if kind == "multi_binary":
+        return spaces.MultiBinary(list(spec.action_shape))
     low = np.asarray(spec.action_low, dtype=np.float32).reshape(spec.action_shape)
     high = np.asarray(spec.action_high, dtype=np.float32).reshape(spec.action_shape)
     return spaces.Box(low, high, dtype=np.float32)
@@ -145,17 +151,25 @@ def action_space_from_spec(spec: EnvSpec) -> spaces.Space:
 def check_action_space(space: spaces.Space, spec: EnvSpec) -> None:
     """Raise ``ConfigError`` unless ``space`` is the action space the checkpoint's policy was trained for."""
     rebuilt = action_space_from_spec(spec)
-    if isinstance(rebuilt, spaces.Discrete):
-        fits = isinstance(space, spaces.Discrete) and int(space.n) == spec.num_actions
-    else:
-        fits = (
-            isinstance(space, spaces.Box)
-            and tuple(space.shape) == tuple(spec.action_shape)
-            and np.array_equal(np.asarray(space.low, dtype=np.float64).reshape(-1), np.asarray(spec.action_low))
-            and np.array_equal(np.asarray(space.high, dtype=np.float64).reshape(-1), np.asarray(spec.action_high))
-        )
-    if not fits:
+    if not _same_space(space, rebuilt, spec):
         raise ConfigError(
             f"action_space={space} does not match the checkpoint's env {spec.name!r}, trained for {rebuilt}; pass "
             "the action space of the env the checkpoint was trained on"
         )
+
+
+def _same_space(space: spaces.Space, rebuilt: spaces.Space, spec: EnvSpec) -> bool:
+    """Same kind, shape and ``n``/``nvec``/bounds (a ``start`` and the dtype may differ)."""
+    if type(space) is not type(rebuilt):
+        return False
+    if isinstance(rebuilt, spaces.Discrete):
+        return int(space.n) == spec.num_actions
+    if tuple(space.shape) != tuple(spec.action_shape):
+        return False
+    if isinstance(rebuilt, spaces.MultiDiscrete):
+        return np.array_equal(np.asarray(space.nvec).reshape(-1), np.asarray(spec.action_nvec))
+    if isinstance(rebuilt, spaces.MultiBinary):
+        return True
+    return np.array_equal(
+        np.asarray(space.low, dtype=np.float64).reshape(-1), np.asarray(spec.action_low)
+    ) and np.array_equal(np.asarray(space.high, dtype=np.float64).reshape(-1), np.asarray(spec.action_high))

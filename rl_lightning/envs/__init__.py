@@ -5,7 +5,14 @@ from __future__ import annotations
 from rl_lightning.envs.base import BatchedEnv, EnvSpec, ObsLeaf, TorchEnv
 from rl_lightning.envs.cartpole import CartPole
 from rl_lightning.envs.catch import Catch
-from rl_lightning.envs.gymnasium import AleVectorEnv, ClassSpec, EnvPoolEnv, GymnasiumEnv, GymnasiumVectorEnv
+from rl_lightning.envs.gymnasium import (
+    AleVectorEnv,
+    ClassSpec,
+    EnvPoolEnv,
+    GymnasiumEnv,
+    GymnasiumVectorEnv,
+    make_eval_env,
+)
 from rl_lightning.envs.noise_step import NoiseSteppedEnv
 from rl_lightning.envs.pendulum import Pendulum
 from rl_lightning.envs.tictactoe import TicTacToe
@@ -25,4 +32,5 @@ __all__ = [
     "Pendulum",
     "TicTacToe",
     "TorchEnv",
+    "make_eval_env",
 ]

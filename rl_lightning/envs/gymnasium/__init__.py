@@ -16,6 +16,7 @@ from __future__ import annotations
 from rl_lightning.envs.gymnasium.ale_vector import AleVectorEnv
 from rl_lightning.envs.gymnasium.backend import GymnasiumBackend, VectorBackend
 from rl_lightning.envs.gymnasium.envpool import EnvPoolEnv
+from rl_lightning.envs.gymnasium.eval_env import make_eval_env
 from rl_lightning.envs.gymnasium.in_process import GymnasiumEnv
 from rl_lightning.envs.gymnasium.vector import GymnasiumVectorEnv
 from rl_lightning.envs.gymnasium.wrappers import ClassSpec
@@ -28,4 +29,5 @@ __all__ = [
     "GymnasiumEnv",
     "GymnasiumVectorEnv",
     "VectorBackend",
+    "make_eval_env",
 ]
