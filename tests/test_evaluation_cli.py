@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from tests.cli_subprocess import run_cli
+from tests.cli_subprocess import ROOT, run_cli
 from tests.eval_form_envs import EVAL_SCALE, TRAIN_LENGTH, TwoFormEnv
 
 EVALUATION = "rl_lightning.callbacks.Evaluation"
@@ -107,3 +110,53 @@ def test_without_an_evaluation_callback_validate_uses_the_documented_defaults(fi
     assert logged["eval/episodes_cut"] == 0  # max_steps 27,000
     per_step = logged["eval/episode_return"] / logged["eval/episode_length"]
     assert per_step in (pytest.approx(EVAL_SCALE), pytest.approx(2 * EVAL_SCALE))  # PPO evaluates with the mode
+
+
+#: Run in a fresh interpreter: the checkpoint's first evaluation episode, played in-process on the evaluation form
+#: (``fresh()``) and on the training form of the preset's env, as validate plays it (seed, sampling, max_steps).
+REPLAY_ATARI = """
+import json, sys, torch
+from rl_lightning.algos import PPO
+from rl_lightning.envs import AleVectorEnv
+from rl_lightning.evaluation import play_episodes
+torch.set_num_threads(1)
+module = PPO.load_from_checkpoint(sys.argv[1], map_location="cpu").eval()
+train = AleVectorEnv("Breakout", atari_preset="baselines")
+out = {}
+for form, env in (("evaluation", train.fresh()), ("training", train)):
+    played = play_episodes(module, env, 1, torch.device("cpu"), 12_345, deterministic=False, max_steps=27_000)
+    out[form] = [float(played.returns[0]), float(played.lengths[0]), bool(played.finished[0])]
+print(json.dumps(out))
+"""
+
+
+def test_validate_plays_whole_atari_games_of_the_bundled_preset(tmp_path):
+    """``configs/ppo_atari.yaml`` (``AleVectorEnv``, baselines preset), tiny: validate scores a whole game, the same
+    episode as the evaluation form played directly, not the training form's first life."""
+    pytest.importorskip("ale_py")
+    evaluation = _evaluation(num_episodes=1, deterministic=False, max_steps=27_000, seed=12_345)
+    fragment = tmp_path / "tiny.yaml"
+    fragment.write_text(yaml.safe_dump({
+        "num_threads": 1,
+        "model": {"init_args": {"update_epochs": 1, "num_minibatches": 1}},
+        "data": {"init_args": {"num_envs": 2, "num_steps": 16, "total_env_steps": 32}},
+        "trainer": {"enable_progress_bar": False, "callbacks+": [evaluation]},
+    }))  # fmt: skip
+    fit = run_cli(["fit", "--config", "ppo_atari", "--config", str(fragment)], tmp_path)
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    ckpt = tmp_path / "runs" / "ppo_atari" / "version_0" / "checkpoints" / "last.ckpt"
+    validate = run_cli(
+        ["validate", "--config", "ppo_atari", "--config", str(fragment), "--ckpt_path", str(ckpt)], tmp_path
+    )
+    assert validate.returncode == 0, validate.stderr[-3000:]
+    logged = _scalars(tmp_path / "runs" / "ppo_atari" / "version_1")
+    replay = subprocess.run(
+        [sys.executable, "-c", REPLAY_ATARI, str(ckpt)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert replay.returncode == 0, replay.stderr[-3000:]
+    played = json.loads(replay.stdout.strip().splitlines()[-1])
+    assert played["evaluation"][2]  # the game ended within max_steps
+    assert logged["eval/episode_return"] == played["evaluation"][0]
+    assert logged["eval/episode_length"] == played["evaluation"][1]
+    assert logged["eval/episodes_cut"] == 0
+    assert played["training"][1] < played["evaluation"][1]  # training form: the first life only
