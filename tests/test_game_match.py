@@ -149,3 +149,20 @@ def test_fit_elo_keeps_an_unbeaten_player_finite_and_rejects_bad_input() -> None
     assert ratings["strong"] + ratings["weak"] == pytest.approx(0.0, abs=1e-9)  # no anchor: mean 0
     with pytest.raises(ValueError, match="anchor='nobody'"):
         fit_elo(["strong", "weak"], wins, np.zeros((2, 2)), anchor="nobody")
+
+
+def test_rating_table_counts_each_pair_from_both_sides_and_orders_the_panel() -> None:
+    from rl_lightning.envs.games.bots import RandomBot
+    from rl_lightning.games.panel import Player, rating_table
+
+    env = HighCard(seats=2, seat_bonus=0.0)
+    strong, weak = Player("strong", MaxBot()), Player("weak", MinBot())
+    played = play_match(env, strong.bot, weak.bot, 50, seed=4, baseline=False)  # reused, not replayed
+    won, tied, lost = pairwise_counts(played)
+    ratings = rating_table(env, [strong, weak], {("strong", "weak"): played}, 50, 0, True, 64)
+    expected = fit_elo(["strong", "weak"], np.array([[0, won], [lost, 0]]), np.array([[0, tied], [tied, 0]]))
+    assert ratings == pytest.approx(expected)
+    panel = [Player("random", RandomBot()), strong, weak]
+    table = rating_table(HighCard(), panel, {}, 40, 0, True, 64)  # four seats: every ordered pair plays
+    assert table["random"] == 0.0
+    assert table["strong"] > 0.0 > table["weak"]

@@ -173,9 +173,17 @@ class RLModule(pl.LightningModule):
 
     def _evaluate_request(self, request: Any, prefix: str) -> None:
         """The run's ``Evaluation`` settings and env form (``evaluation_for``), ``request`` overriding its
-        ``num_episodes``/``seed`` where set (``data.eval_episodes``/``data.eval_seed``)."""
+        ``num_episodes``/``seed`` where set (``data.eval_episodes``/``data.eval_seed``). A multi-seat game plays
+        the run's ``GameEvaluation`` panel instead (``game_evaluation_for``: its settings, or a default panel)."""
         from rl_lightning.callbacks.evaluation import evaluation_for
 
+        if self.env_spec.num_seats > 1:
+            from rl_lightning.callbacks.game_evaluation import game_evaluation_for
+
+            with game_evaluation_for(self.trainer) as games:
+                scalars = games.measure(self.trainer, self, prefix)
+            self.log_dict({k: torch.tensor(v, dtype=torch.float64) for k, v in scalars.items()}, batch_size=1)
+            return
         with evaluation_for(self.trainer) as evaluation:
             metrics = evaluation.measure(self.trainer, self, prefix, request.num_episodes, request.seed)
         # Over all ranks' episodes already, so equal on every rank: sync_dist averages equal values.

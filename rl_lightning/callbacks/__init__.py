@@ -6,6 +6,7 @@ from rl_lightning.callbacks.early_stopping import EarlyStopping
 from rl_lightning.callbacks.evaluation import Evaluation
 from rl_lightning.callbacks.fail_fast import FailFast
 from rl_lightning.callbacks.fault_checkpoint import FaultCheckpoint
+from rl_lightning.callbacks.game_evaluation import GameEvaluation
 from rl_lightning.callbacks.progress import EnvStepProgressBar
 from rl_lightning.callbacks.soft_target_update import SoftTargetUpdate
 
@@ -16,6 +17,7 @@ __all__ = [
     "Evaluation",
     "FailFast",
     "FaultCheckpoint",
+    "GameEvaluation",
     "RLCheckpoint",
     "SoftTargetUpdate",
 ]

@@ -1,0 +1,158 @@
+"""A panel of opponents for a game agent: who they are (``resolve_panel``), the matches against them
+(``play_panel``) and the rating table of everyone against everyone (``rating_table``).
+
+An opponent entry is ``random`` (uniform over legal actions), ``heuristic`` (the game's bundled heuristic bot:
+``HEURISTICS``), ``league`` (every snapshot in the run's league, each its own player ``league_v<policy version>``),
+a checkpoint file (``*.ckpt``, any rl_lightning algorithm, frozen; named by its file stem) or a bot class or
+callable path (``pkg.mod.Class`` / ``pkg.mod:Class``; a class is built without arguments; named by its last part).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import combinations, permutations
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rl_lightning.envs.base import TorchEnv
+from rl_lightning.errors import ConfigError
+from rl_lightning.games.match import Bot, MatchResult, PolicyBot, play_match
+from rl_lightning.games.rating import fit_elo
+from rl_lightning.games.summary import pairwise_counts
+
+RANDOM, HEURISTIC, LEAGUE = "random", "heuristic", "league"
+#: The name of the policy under test in the rating table.
+POLICY = "policy"
+#: The bundled heuristic bot of each game (by ``EnvSpec.name``), which ``heuristic`` names.
+HEURISTICS = {
+    "open_spiel:hearts": "rl_lightning.envs.games.bots:HeartsHeuristic",
+    "open_spiel:connect_four": "rl_lightning.envs.games.bots:ConnectFourHeuristic",
+}
+
+
+@dataclass
+class Player:
+    """A named bot: the name keys its metrics (``eval/vs_<name>/...``, ``eval/rating/<name>``)."""
+
+    name: str
+    bot: Bot
+
+
+def check_opponents(opponents: Sequence[str], owner: str) -> list[str]:
+    """The entries, stripped; one-line ``ConfigError`` for one that names no kind of opponent, or a missing file."""
+    checked = []
+    for index, entry in enumerate(opponents):
+        spec = str(entry).strip()
+        if spec.endswith(".ckpt"):
+            if not Path(spec).is_file():
+                raise ConfigError(f"{owner}: opponents[{index}]={spec!r}: no such checkpoint file; give a .ckpt path")
+        elif spec not in (RANDOM, HEURISTIC, LEAGUE) and "." not in spec and ":" not in spec:
+            raise ConfigError(f"{owner}: opponents[{index}]={spec!r} is not an opponent; use random, heuristic, "
+                              "league, a checkpoint file (*.ckpt) or a bot class path (pkg.module:Class)")  # fmt: skip
+        checked.append(spec)
+    if not checked:
+        raise ConfigError(f"{owner}: opponents is empty; list at least one, e.g. [random, heuristic]")
+    return checked
+
+
+def _import_bot(path: str, owner: str) -> Bot:
+    module_name, _, attr = path.rpartition(":") if ":" in path else path.rpartition(".")
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as err:
+        raise ConfigError(f"{owner}: opponent {path!r}: cannot import it ({type(err).__name__}: {err}); give an "
+                          "importable bot class or callable, e.g. rl_lightning.envs.games.bots:RandomBot") from None
+    bot = target() if isinstance(target, type) else target
+    if not callable(bot):
+        raise ConfigError(f"{owner}: opponent {path!r} is not callable; a bot is bot(obs, action_mask, seat, gen)")
+    return bot
+
+
+def _load_module(path: str, device: torch.device) -> Any:
+    from rl_lightning.inference import FAMILIES
+    from rl_lightning.lineage import REVISION_KEY, read_checkpoint
+
+    family = (read_checkpoint(path, source="GameEvaluation").get(REVISION_KEY) or {}).get("family")
+    if family not in FAMILIES:
+        raise ConfigError(f"GameEvaluation: opponent {path!r} has algorithm family {family!r}; rl_lightning "
+                          f"checkpoints are one of {sorted(FAMILIES)}")  # fmt: skip
+    module = FAMILIES[family].load_from_checkpoint(path, map_location=device, weights_only=False)
+    return module.requires_grad_(False).eval()
+
+
+def resolve_panel(
+    opponents: Sequence[str], env: TorchEnv, league: Any, deterministic: bool | None, device: torch.device,
+    owner: str = "GameEvaluation",
+) -> list[Player]:  # fmt: skip
+    """The players ``opponents`` names for ``env`` (``league``: the run's ``League`` or ``None``)."""
+    players: list[Player] = []
+    for spec in opponents:
+        if spec == RANDOM:
+            players.append(Player(RANDOM, _import_bot("rl_lightning.envs.games.bots:RandomBot", owner)))
+        elif spec == HEURISTIC:
+            if env.spec.name not in HEURISTICS:
+                raise ConfigError(f"{owner}: opponents lists 'heuristic' but {env.spec.name} has no bundled "
+                                  f"heuristic (games with one: {sorted(HEURISTICS)}); name a bot class instead")
+            players.append(Player(HEURISTIC, _import_bot(HEURISTICS[env.spec.name], owner)))
+        elif spec == LEAGUE:
+            if league is None:
+                raise ConfigError(f"{owner}: opponents lists 'league' but the run has no league; set data.league "
+                                  "(e.g. {size: 5, snapshot_every_n_updates: 10}) or drop 'league'")  # fmt: skip
+            for slot, version in sorted(zip(league.slots, league.versions), key=lambda pair: pair[1]):
+                players.append(Player(f"league_v{version}", PolicyBot(slot, deterministic)))
+        elif spec.endswith(".ckpt"):
+            players.append(Player(_name(Path(spec).stem), PolicyBot(_load_module(spec, device), deterministic)))
+        else:
+            players.append(Player(_name(re.split(r"[.:]", spec)[-1]), _import_bot(spec, owner)))
+    names = [POLICY] + [p.name for p in players]
+    if len(set(names)) < len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise ConfigError(f"{owner}: opponents name the player(s) {twice} more than once (names: {names}); list "
+                          "each opponent once and give checkpoints distinct file names")  # fmt: skip
+    return players
+
+
+def _name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+
+
+def play_panel(
+    env: TorchEnv, tested: Player, panel: Sequence[Player], num_deals: int, seed: int, duplicate: bool,
+    batch_size: int,
+) -> dict[str, MatchResult]:  # fmt: skip
+    """``tested`` against each panel player (``play_match``, with the baseline), keyed by the opponent's name."""
+    return {
+        player.name: play_match(env, tested.bot, player.bot, num_deals, seed, duplicate, batch_size)
+        for player in panel
+    }
+
+
+def rating_table(
+    env: TorchEnv, players: Sequence[Player], played: dict[tuple[str, str], MatchResult], num_deals: int, seed: int,
+    duplicate: bool, batch_size: int,
+) -> dict[str, float]:  # fmt: skip
+    """Elo ratings of ``players`` from a round robin; ``played[(a, b)]`` (a tested against b) are reused.
+
+    Every ordered pair plays (each in the tested seat against the other in every other seat); in two-seat games
+    the two orders are the same games, so unordered pairs only. Anchored at ``random`` = 0 when it plays.
+    """
+    names = [p.name for p in players]
+    pairs = combinations(range(len(players)), 2) if env.spec.num_seats == 2 else permutations(range(len(players)), 2)
+    wins, draws = np.zeros((len(names),) * 2), np.zeros((len(names),) * 2)
+    for i, j in pairs:
+        result = played.get((names[i], names[j]))
+        if result is None:
+            result = play_match(env, players[i].bot, players[j].bot, num_deals, seed + 31 * (i * len(names) + j),
+                                duplicate, batch_size, baseline=False)  # fmt: skip
+        won, tied, lost = pairwise_counts(result)
+        wins[i, j] += won
+        wins[j, i] += lost
+        draws[i, j] += tied
+        draws[j, i] += tied
+    return fit_elo(names, wins, draws, anchor=RANDOM if RANDOM in names else None)
