@@ -1,10 +1,11 @@
-"""Batched torch-native envs and the Gymnasium backends (``envs.gymnasium``), all behind the contract of ``base``."""
+"""Batched torch-native envs, the Gymnasium backends (``envs.gymnasium``) and multi-seat games (``envs.games``)."""
 
 from __future__ import annotations
 
 from rl_lightning.envs.base import BatchedEnv, EnvSpec, ObsLeaf, TorchEnv
 from rl_lightning.envs.cartpole import CartPole
 from rl_lightning.envs.catch import Catch
+from rl_lightning.envs.games import OpenSpielEnv
 from rl_lightning.envs.gymnasium import (
     AleVectorEnv,
     ClassSpec,
@@ -29,6 +30,7 @@ __all__ = [
     "GymnasiumEnv",
     "GymnasiumVectorEnv",
     "NoiseSteppedEnv",
+    "OpenSpielEnv",
     "Pendulum",
     "TicTacToe",
     "TorchEnv",

@@ -1,0 +1,194 @@
+"""Multi-seat games (issue 21): bundled bots' strength and the game envs' throughput, one function per section.
+
+    python benchmarks/games.py --sections bots,throughput
+    python benchmarks/games.py --sections bots --hands 2000
+    python benchmarks/games.py --sections throughput --games 64 --seconds 3 --rounds 5
+
+bots: the Hearts heuristic in seat 0 against three uniformly random seats (points taken per hand, mean and 95%
+interval over ``--hands`` hands; four random seats beside it) and the Connect Four heuristic against random (win /
+draw / loss over ``--c4-games`` games, seats alternated), both through ``OpenSpielEnv``.
+
+throughput: OpenSpiel Hearts with ``--games`` games in parallel and uniformly random legal actions, decisions per
+second through ``OpenSpielEnv`` (``BatchedEnv.step``; actions drawn in torch from the mask) against a bare
+``pyspiel`` loop over the same number of states (``random.choice(state.legal_actions())``, chance from
+``random.random``), in interleaved rounds of ``--seconds`` each; the ratio is per round, its median printed.
+
+panel: the evaluation match driver (``rl_lightning.games``) on Hearts with duplicate deals and seats rotated:
+HeartsHeuristic against three random seats, and a random seat against three heuristics, over ``--hands`` hands
+each; points per hand with a 95% interval, the opponent's own points in the same seats and deals, the paired p.
+    python benchmarks/games.py --sections panel --hands 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from rl_lightning import keys  # noqa: E402
+from rl_lightning.envs.base import BatchedEnv  # noqa: E402
+from rl_lightning.envs.games import GAME_SCORE, OpenSpielEnv  # noqa: E402
+from rl_lightning.envs.games.bots import ConnectFourHeuristic, HeartsHeuristic, RandomBot  # noqa: E402
+
+
+def play(env: BatchedEnv, bots: list[Any], games: int, generator: torch.Generator) -> torch.Tensor:
+    """Play ``games`` complete games with ``bots[seat]`` acting for each seat; each ended game's ``game_score``."""
+    out = env.reset()
+    scores: list[torch.Tensor] = []
+    done = 0
+    while done < games:
+        seat = out[keys.SEAT]
+        action = torch.zeros_like(seat)
+        for index, bot in enumerate(bots):
+            rows = seat == index
+            if bool(rows.any()):
+                action[rows] = bot(out[keys.OBS][rows], out[keys.ACTION_MASK][rows], seat[rows], generator)
+        out = env.step(action)
+        ended = out[keys.TERMINATED] | out[keys.TRUNCATED]
+        if bool(ended.any()):
+            scores.append(out[GAME_SCORE][ended])
+            done += int(ended.sum())
+    return torch.cat(scores)[:games]
+
+
+def _interval(values: torch.Tensor) -> str:
+    mean = float(values.mean())
+    half = 1.96 * float(values.std()) / math.sqrt(len(values))
+    return f"{mean:.2f} ± {half:.2f}"
+
+
+def run_bots(hands: int, c4_games: int, num_envs: int, seed: int) -> None:
+    """Hearts heuristic vs three random seats (points per hand); Connect Four heuristic vs random (W/D/L)."""
+    generator = torch.Generator().manual_seed(seed)
+    random_bot, heuristic = RandomBot(), HeartsHeuristic()
+    print(f"Hearts, {hands} hands per line, points taken per hand (mean, 95% interval):")
+    for game_kwargs in ({}, {"pass_cards": False}):
+        hearts = BatchedEnv(OpenSpielEnv("open_spiel:hearts", game_kwargs), num_envs, seed=seed)
+        start = time.perf_counter()
+        with_heuristic = play(hearts, [heuristic, random_bot, random_bot, random_bot], hands, generator)
+        all_random = play(hearts, [random_bot] * 4, hands, generator)
+        print(f"  game_kwargs={game_kwargs} ({time.perf_counter() - start:.0f} s): HeartsHeuristic in seat 0 vs 3 "
+              f"random {_interval(with_heuristic[:, 0])} (the random seats {_interval(with_heuristic[:, 1:].flatten())}"
+              f"); 4 random seats, seat 0: {_interval(all_random[:, 0])}")  # fmt: skip
+    c4 = BatchedEnv(OpenSpielEnv("open_spiel:connect_four"), num_envs, seed=seed)
+    heuristic_c4 = ConnectFourHeuristic()
+    half = c4_games // 2
+    first = play(c4, [heuristic_c4, random_bot], half, generator)[:, 0]
+    second = play(c4, [random_bot, heuristic_c4], c4_games - half, generator)[:, 1]
+    result = torch.cat([first, second])
+    rates = [float((result == v).float().mean()) for v in (1.0, 0.0, -1.0)]
+    print(f"Connect Four, ConnectFourHeuristic vs random over {len(result)} games (seats alternated): "
+          f"win {rates[0]:.3f}, draw {rates[1]:.3f}, loss {rates[2]:.3f}")  # fmt: skip
+
+
+def _bare_rate(game: Any, num_games: int, seconds: float, rng: random.Random) -> float:
+    """Decisions per second of a plain pyspiel loop over ``num_games`` states with uniformly random actions."""
+
+    def settle(state: Any) -> None:
+        while state.is_chance_node():
+            u, total = rng.random(), 0.0
+            for outcome, prob in state.chance_outcomes():
+                total += prob
+                if u < total:
+                    break
+            state.apply_action(outcome)
+
+    states = [game.new_initial_state() for _ in range(num_games)]
+    for state in states:
+        settle(state)
+    decisions, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for index, state in enumerate(states):
+            state.apply_action(rng.choice(state.legal_actions()))
+            settle(state)
+            if state.is_terminal():
+                states[index] = state = game.new_initial_state()
+                settle(state)
+        decisions += num_games
+    return decisions / (time.perf_counter() - start)
+
+
+def _env_rate(env: BatchedEnv, seconds: float, generator: torch.Generator) -> float:
+    """Decisions per second through ``BatchedEnv.step`` with uniformly random legal actions drawn in torch."""
+    out = env.reset()
+    decisions, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        mask = out[keys.ACTION_MASK]
+        noise = torch.rand(mask.shape, generator=generator)
+        out = env.step(torch.where(mask, noise, -1.0).argmax(-1))
+        decisions += env.num_envs
+    return decisions / (time.perf_counter() - start)
+
+
+def run_throughput(num_games: int, seconds: float, rounds: int, seed: int) -> None:
+    """OpenSpielEnv vs a bare pyspiel loop on Hearts, random actions, interleaved rounds."""
+    env = BatchedEnv(OpenSpielEnv("open_spiel:hearts"), num_games, seed=seed)
+    game = env.env.game
+    generator, rng = torch.Generator().manual_seed(seed), random.Random(seed)
+    ratios = []
+    print(f"Hearts throughput, {num_games} games in parallel, random legal actions (decisions/s):")
+    for index in range(rounds):
+        bare = _bare_rate(game, num_games, seconds, rng)
+        ours = _env_rate(env, seconds, generator)
+        ratios.append(ours / bare)
+        print(f"  round {index}: bare pyspiel {bare:,.0f}  OpenSpielEnv {ours:,.0f}  ratio {ours / bare:.2f}")
+    print(f"  median ratio OpenSpielEnv / bare loop: {statistics.median(ratios):.2f}")
+
+
+def run_panel(hands: int, num_envs: int, seed: int) -> None:
+    """The match driver on the bundled bots (``rl_lightning.games``): Hearts, seats rotated, duplicate deals.
+
+    HeartsHeuristic as the tested player against three random seats, and a random player against three
+    heuristics; each with its baseline (the opponent itself in the tested seat over the same deals) and the
+    paired p-value over deals.
+    """
+    from rl_lightning.games import match_metrics, play_match
+
+    env = OpenSpielEnv("open_spiel:hearts")
+    deals = hands // env.spec.num_seats
+    print(f"Hearts panel, {deals} duplicate deals x 4 seat rotations = {4 * deals} hands per match, points per "
+          "hand (95% t interval over deals):")  # fmt: skip
+    for name, tested, opponent in (("HeartsHeuristic vs 3 random", HeartsHeuristic(), RandomBot()),
+                                   ("random vs 3 HeartsHeuristic", RandomBot(), HeartsHeuristic())):  # fmt: skip
+        start = time.perf_counter()
+        m = match_metrics(play_match(env, tested, opponent, deals, seed=seed, batch_size=num_envs))
+        print(f"  {name}: {m['points_per_hand']:.2f} [{m['points_per_hand_low']:.2f}, "
+              f"{m['points_per_hand_high']:.2f}]; the opponent in the same seats {m['baseline_points_per_hand']:.2f};"
+              f" paired p = {m['p_value']:.2g} ({time.perf_counter() - start:.0f} s)")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sections", default="bots,throughput", help="comma list of bots,throughput,panel")
+    parser.add_argument("--hands", type=int, default=2000, help="Hearts hands per bots match")
+    parser.add_argument("--c4-games", type=int, default=400, help="Connect Four games for the bots section")
+    parser.add_argument("--num-envs", type=int, default=64, help="games in parallel in the bots section")
+    parser.add_argument("--games", type=int, default=64, help="games in parallel in the throughput section")
+    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per throughput measurement")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved throughput rounds")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    sections = {s.strip() for s in args.sections.split(",") if s.strip()}
+    unknown = sections - {"bots", "throughput", "panel"}
+    if unknown:
+        parser.error(f"--sections: unknown {sorted(unknown)}; choose from bots,throughput,panel")
+    if "bots" in sections:
+        run_bots(args.hands, args.c4_games, args.num_envs, args.seed)
+    if "throughput" in sections:
+        run_throughput(args.games, args.seconds, args.rounds, args.seed)
+    if "panel" in sections:
+        run_panel(args.hands, args.num_envs, args.seed)
+
+
+if __name__ == "__main__":
+    main()

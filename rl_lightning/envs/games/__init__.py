@@ -1,0 +1,8 @@
+"""Multi-seat turn-based games (DESIGN.md §10): OpenSpiel and PettingZoo engines, and bundled bots (``bots``)."""
+
+from __future__ import annotations
+
+from rl_lightning.envs.games.base import GAME_SCORE, TurnBasedGameEnv
+from rl_lightning.envs.games.open_spiel import OpenSpielEnv
+
+__all__ = ["GAME_SCORE", "OpenSpielEnv", "TurnBasedGameEnv"]

@@ -1,0 +1,286 @@
+"""OpenSpiel games through ``pyspiel``, as a batched multi-seat env (DESIGN.md §10).
+
+Each row holds a ``pyspiel.State`` and its own ``random.Random`` (seeded from the run's torch generator when the
+row is made; a draw costs 30 ns against about 1 us for a numpy Generator, and a Hearts deal draws 53 times).
+Chance nodes (deals, dice) are resolved from that RNG, so a snapshot (``state.clone()`` plus a copy of the RNG)
+fully determines its future, new games included, like ``GymnasiumEnv``'s env copies.
+
+Observation: the acting seat's ``observation_tensor`` where the game provides one, else its
+``information_state_tensor`` (Hearts has only the latter; ``observation: info_state`` picks it where both exist),
+read through OpenSpiel's observer API into a preallocated buffer (no Python lists). ``reward`` ``[B, S]`` is what
+``state.rewards()`` pays on each tick; games with a terminal reward model (Hearts, Connect Four, poker) pay
+``state.returns()`` on the tick the game ends, whichever seat moved. ``game_score`` ``[B, S]`` on rows whose game
+ended is the result as the game's players count it: Hearts ``state.points(seat)`` (points taken in the hand, after
+the moon rule; lower is better; ``returns() = 26 - points``), every other game its ``returns()``.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+
+from rl_lightning.envs.base import EnvSpec
+from rl_lightning.envs.games.base import GameRow, TickBuffers, TurnBasedGameEnv, close_names, one_line
+from rl_lightning.errors import ConfigError
+
+#: ``observation`` choices: ``auto`` is the observation tensor where the game has one, else the info state.
+OBSERVATIONS = ("auto", "observation", "info_state")
+_PREFIX = "open_spiel:"
+
+
+def _pyspiel() -> Any:
+    try:
+        import pyspiel
+    except ImportError as err:
+        raise ConfigError(
+            f"OpenSpielEnv needs open_spiel ({one_line(err)}); install the games extra: pip install -e '.[games]'"
+        ) from None
+    return pyspiel
+
+
+def _check_kwargs(name: str, params: dict[str, Any], game_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Check each ``game_kwargs`` key and value type against the game's parameter specification."""
+    checked = {}
+    for key, value in game_kwargs.items():
+        where = f"game_kwargs.{key}={value!r}"
+        if key not in params:
+            known = ", ".join(sorted(params)) or "none"
+            raise ConfigError(f"{where}: {name} has no parameter {key!r}{close_names(key, params)}; its parameters: "
+                              f"{known}")  # fmt: skip
+        default = params[key]
+        kinds = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}.get(type(default))
+        if kinds is not None:
+            if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+                raise ConfigError(f"{where}: {name} expects {type(default).__name__} values for {key!r} "
+                                  f"(default {default!r})")  # fmt: skip
+            value = float(value) if isinstance(default, float) else value
+        checked[key] = value
+    return checked
+
+
+def load_game(env_id: str, game_kwargs: dict[str, Any] | None) -> Any:
+    """``pyspiel.load_game`` for ``open_spiel:NAME`` (or ``NAME``) with checked parameters; one-line errors.
+
+    A full OpenSpiel game string (``turn_based_simultaneous_game(game=goofspiel())``) is loaded as written.
+    """
+    pyspiel = _pyspiel()
+    name = env_id.removeprefix(_PREFIX)
+    game_kwargs = dict(game_kwargs or {})
+    short = name.split("(", 1)[0]
+    names = pyspiel.registered_names()
+    if short not in names:
+        raise ConfigError(f"env_id={env_id!r}: OpenSpiel has no game {short!r}{close_names(short, names)}; "
+                          f"pyspiel.registered_names() lists them all")  # fmt: skip
+    if "(" in name:
+        if game_kwargs:
+            raise ConfigError(f"env_id={env_id!r} already carries its parameters: drop game_kwargs or write "
+                              f"env_id: {_PREFIX}{short} with game_kwargs")  # fmt: skip
+    else:
+        game_type = next(t for t in pyspiel.registered_games() if t.short_name == short)
+        game_kwargs = _check_kwargs(short, dict(game_type.parameter_specification), game_kwargs)
+    try:
+        return pyspiel.load_game(name, game_kwargs) if game_kwargs else pyspiel.load_game(name)
+    except pyspiel.SpielError as err:
+        raise ConfigError(f"env_id={env_id!r} game_kwargs={game_kwargs!r}: OpenSpiel refused them "
+                          f"({one_line(err)})") from None  # fmt: skip
+
+
+def _check_carried(game: Any, name: str) -> None:
+    """Refuse, in one line saying what would fit, a game this env cannot present as turn-based seats."""
+    pyspiel = _pyspiel()
+    game_type = game.get_type()
+    dynamics = pyspiel.GameType.Dynamics
+    if game_type.dynamics == dynamics.SIMULTANEOUS:
+        raise ConfigError(
+            f"env_id={name!r} is a simultaneous-move game; OpenSpielEnv plays turn-based games: write env_id: "
+            f"'{_PREFIX}turn_based_simultaneous_game(game={game_type.short_name}())' (each seat then chooses "
+            "without seeing the others' choices)"
+        )
+    if game_type.dynamics != dynamics.SEQUENTIAL:
+        raise ConfigError(f"env_id={name!r} has {game_type.dynamics.name} dynamics; OpenSpielEnv plays sequential "
+                          "(turn-based) games")  # fmt: skip
+    if game_type.chance_mode == pyspiel.GameType.ChanceMode.SAMPLED_STOCHASTIC:
+        raise ConfigError(
+            f"env_id={name!r} draws its chance events inside the engine (sampled stochastic), so runs could not "
+            "follow the trainer's seed; OpenSpielEnv carries deterministic and explicit-chance games"
+        )
+    if not (game_type.provides_observation_tensor or game_type.provides_information_state_tensor):
+        raise ConfigError(f"env_id={name!r} provides neither an observation tensor nor an information state "
+                          "tensor, so a network has nothing to read; pick a game that provides one")  # fmt: skip
+
+
+def _restrict(outcomes: list[tuple[int, float]], legal: list[int]) -> list[tuple[int, float]]:
+    """The chance outcomes that are legal actions, their probabilities renormalised."""
+    if len(outcomes) == len(legal):
+        return outcomes
+    allowed = set(legal)
+    kept = [(outcome, prob) for outcome, prob in outcomes if outcome in allowed]
+    total = sum(prob for _, prob in kept)
+    if not kept or total <= 0:
+        raise RuntimeError(f"chance outcomes {outcomes} share no probability with the legal actions {legal}")
+    return [(outcome, prob / total) for outcome, prob in kept]
+
+
+def _chance_lists_disagree(game: Any) -> bool:
+    """Whether the first chance node offers outcomes that are not legal actions (then every node is checked).
+
+    OpenSpiel 2.0.2's hearts lists all four pass directions in ``chance_outcomes`` even with ``pass_cards=false``,
+    whose ``legal_actions`` allow only "no pass"; checking every chance node of every game costs a call per node.
+    """
+    state = game.new_initial_state()
+    if not state.is_chance_node():
+        return False
+    return len(state.chance_outcomes()) != len(state.legal_actions())
+
+
+class _Row(GameRow):
+    __slots__ = ("rng", "state")
+
+    def __init__(self, state: Any, rng: random.Random, steps: int = 0) -> None:
+        self.state = state
+        self.rng = rng
+        self.steps = steps
+
+
+class OpenSpielEnv(TurnBasedGameEnv):
+    """An OpenSpiel game, ``num_envs`` games at a time, one seat acting per game and tick.
+
+    Args:
+        env_id: ``open_spiel:NAME`` or ``NAME`` (``open_spiel:hearts``, ``connect_four``), or a full OpenSpiel
+            game string such as ``open_spiel:turn_based_simultaneous_game(game=goofspiel())``.
+        game_kwargs: the game's parameters (``{pass_cards: false}``); names and types are checked up front.
+        observation: ``auto`` (the observation tensor where the game provides one, else the information state),
+            ``observation`` or ``info_state``.
+        max_episode_steps: truncate a game after this many decisions (0: only the game's own end); when > 0,
+            step outputs carry ``final_obs`` ``[B, S, *obs]``.
+    """
+
+    def __init__(
+        self,
+        env_id: str = "open_spiel:hearts",
+        game_kwargs: dict[str, Any] | None = None,
+        observation: str = "auto",
+        max_episode_steps: int = 0,
+    ) -> None:
+        super().__init__()
+        if observation not in OBSERVATIONS:
+            raise ConfigError(f"observation={observation!r} is not a choice; choose one of {list(OBSERVATIONS)}")
+        if max_episode_steps < 0:
+            raise ConfigError(f"max_episode_steps={max_episode_steps}: must be >= 0 (0: no step limit)")
+        self.env_id = env_id
+        self.game = load_game(env_id, game_kwargs)
+        _check_carried(self.game, env_id)
+        self.max_episode_steps = max_episode_steps
+        self.emits_final_obs = max_episode_steps > 0
+        self._setup_observer(observation)
+        pyspiel = _pyspiel()
+        game_type = self.game.get_type()
+        self.short_name = game_type.short_name
+        self._dense = game_type.reward_model == pyspiel.GameType.RewardModel.REWARDS
+        self._points = self.short_name == "hearts"
+        self._check_chance = _chance_lists_disagree(self.game)
+        #: What ``game_score`` holds and which way is better (evaluation reads these).
+        self.score_name = "points" if self._points else "return"
+        self.score_lower_is_better = self._points
+        self.spec = EnvSpec(
+            name=f"{_PREFIX}{self.short_name}",
+            obs_shape=self._obs_shape,
+            discrete=True,
+            num_actions=self.game.num_distinct_actions(),
+            has_action_mask=True,
+            max_episode_steps=max_episode_steps,
+            num_seats=self.game.num_players(),
+            perfect_information=game_type.information == pyspiel.GameType.Information.PERFECT_INFORMATION,
+        )
+
+    def _setup_observer(self, observation: str) -> None:
+        """Pick the tensor (``observation`` option) and make the observer that writes it into a reused buffer."""
+        from open_spiel.python.observation import INFO_STATE_OBS_TYPE, make_observation
+
+        game_type = self.game.get_type()
+        if observation == "auto":
+            observation = "observation" if game_type.provides_observation_tensor else "info_state"
+        provided = {"observation": game_type.provides_observation_tensor,
+                    "info_state": game_type.provides_information_state_tensor}  # fmt: skip
+        if not provided[observation]:
+            other = "info_state" if observation == "observation" else "observation"
+            raise ConfigError(f"observation={observation!r}: {self.env_id} does not provide that tensor; use "
+                              f"observation: {other}")  # fmt: skip
+        self.observation = observation
+        if observation == "info_state":
+            shape = self.game.information_state_tensor_shape()
+            self._observer = make_observation(self.game, INFO_STATE_OBS_TYPE)
+        else:
+            shape = self.game.observation_tensor_shape()
+            self._observer = make_observation(self.game)
+        self._obs_shape = tuple(int(d) for d in shape)
+        self._view = self._observer.tensor.reshape(self._obs_shape)  # a view of the observer's buffer
+
+    # ---- rows ----------------------------------------------------------------------------------------------------
+    def _new_row(self, seed: int) -> _Row:
+        row = _Row(self.game.new_initial_state(), random.Random(seed))
+        self._resolve_chance(row, None)
+        return row
+
+    def _copy_row(self, row: _Row) -> _Row:
+        rng = random.Random()
+        rng.setstate(row.rng.getstate())
+        return _Row(row.state.clone(), rng, row.steps)
+
+    def _restart(self, row: _Row) -> None:
+        row.state = self.game.new_initial_state()
+        self._resolve_chance(row, None)
+
+    def _resolve_chance(self, row: _Row, reward: np.ndarray | None) -> None:
+        """Play chance nodes from the row's RNG until a seat must act (or the game ends)."""
+        state = row.state
+        while state.is_chance_node():
+            outcomes = state.chance_outcomes()
+            if self._check_chance:
+                outcomes = _restrict(outcomes, state.legal_actions())
+            u = row.rng.random()
+            total = 0.0
+            for outcome, prob in outcomes:
+                total += prob
+                if u < total:
+                    break
+            state.apply_action(outcome)  # rounding left u >= total: the last outcome
+            if self._dense and reward is not None:
+                reward += state.rewards()
+
+    def _apply(self, row: _Row, action: int, reward: np.ndarray) -> str | None:
+        state = row.state
+        state.apply_action(action)
+        if self._dense:
+            reward += state.rewards()
+        if state.is_chance_node():
+            self._resolve_chance(row, reward)
+        if state.is_terminal():
+            if not self._dense:
+                reward += state.returns()
+            return "terminated"
+        return None
+
+    def _write_view(self, row: _Row, index: int, buffers: TickBuffers) -> None:
+        state = row.state
+        seat = state.current_player()
+        buffers.seat[index] = seat
+        self._observer.set_from(state, seat)
+        buffers.obs[index] = self._view
+        buffers.legal.append(state.legal_actions())
+        buffers.is_first[index] = row.steps == 0
+
+    def _write_score(self, row: _Row, score: np.ndarray) -> None:
+        state = row.state
+        score[:] = [state.points(seat) for seat in range(len(score))] if self._points else state.returns()
+
+    def _write_final_obs(self, row: _Row, final_obs: np.ndarray) -> None:
+        for seat in range(final_obs.shape[0]):
+            self._observer.set_from(row.state, seat)
+            final_obs[seat] = self._view
+
+    def engine_state(self, state: Any, index: int) -> Any:
+        """The ``pyspiel.State`` of row ``index`` of ``state`` (live, not a copy: for tests and bots' checks)."""
+        return self._row(self._ids(state)[index]).state

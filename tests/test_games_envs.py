@@ -1,0 +1,208 @@
+"""OpenSpielEnv: the multi-seat contract (DESIGN.md §10) against pyspiel's own states, and its one-line refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("pyspiel")
+
+import pyspiel  # noqa: E402
+
+from rl_lightning import keys  # noqa: E402
+from rl_lightning.envs.base import BatchedEnv  # noqa: E402
+from rl_lightning.envs.games import GAME_SCORE, OpenSpielEnv  # noqa: E402
+from rl_lightning.errors import ConfigError  # noqa: E402
+
+
+def random_actions(out: dict, generator: torch.Generator) -> torch.Tensor:
+    mask = out[keys.ACTION_MASK]
+    return torch.where(mask, torch.rand(mask.shape, generator=generator), -1.0).argmax(-1)
+
+
+def engine_view(env: BatchedEnv, index: int) -> tuple[int, list[float], list[int]]:
+    """The acting seat, its engine tensor and its legal actions, read from pyspiel directly."""
+    state = env.env.engine_state(env.state, index)
+    seat = state.current_player()
+    tensor = state.information_state_tensor(seat) if env.env.observation == "info_state" else \
+        state.observation_tensor(seat)  # fmt: skip
+    return seat, tensor, state.legal_actions()
+
+
+@pytest.mark.parametrize(("env_id", "obs_shape", "seats", "perfect"), [
+    ("open_spiel:hearts", (5088,), 4, False), ("connect_four", (3, 6, 7), 2, True)])  # fmt: skip
+def test_outputs_match_the_engine(env_id: str, obs_shape: tuple, seats: int, perfect: bool) -> None:
+    env = BatchedEnv(OpenSpielEnv(env_id), 3, seed=0)
+    spec = env.spec
+    assert (spec.obs_shape, spec.num_seats, spec.perfect_information) == (obs_shape, seats, perfect)
+    assert spec.has_action_mask
+    assert spec.discrete
+    out = env.reset()
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(70):
+        assert out[keys.OBS].shape == (3, *obs_shape)
+        assert out[keys.OBS].dtype == torch.float32
+        assert out[keys.SEAT].dtype == torch.int64
+        assert out[keys.ACTION_MASK].dtype == torch.bool
+        for index in range(3):
+            seat, tensor, legal = engine_view(env, index)
+            assert int(out[keys.SEAT][index]) == seat
+            assert out[keys.OBS][index].flatten().tolist() == pytest.approx(tensor)
+            assert out[keys.ACTION_MASK][index].nonzero().flatten().tolist() == legal
+        out = env.step(random_actions(out, generator))
+        assert out[keys.REWARD].shape == (3, seats)
+        assert out[keys.REWARD].dtype == torch.float32
+        assert keys.FINAL_OBS not in out  # no step limit: the env cannot truncate
+
+
+def test_hearts_pays_every_seat_when_the_hand_ends() -> None:
+    """Hearts pays 26 - points to all four seats on the last card, three of them not acting; game_score = points."""
+    env = BatchedEnv(OpenSpielEnv("open_spiel:hearts"), 4, seed=1)
+    out, generator = env.reset(), torch.Generator().manual_seed(1)
+    ended = 0
+    while ended < 8:
+        seat = out[keys.SEAT]
+        out = env.step(random_actions(out, generator))
+        done = out[keys.TERMINATED]
+        reward = out[keys.REWARD]
+        assert not bool(reward[~done].any())  # a terminal reward model: nothing before the end
+        for index in done.nonzero().flatten().tolist():
+            points = out[GAME_SCORE][index]
+            assert float(points.sum()) in (26.0, 78.0)  # 78: someone shot the moon
+            assert torch.equal(reward[index], 26.0 - points)
+            others = [s for s in range(4) if s != int(seat[index])]
+            assert bool((reward[index, others] != 0).any())  # seats that did not act were paid on this tick
+            assert bool(out[keys.IS_FIRST][index])
+            assert len(env.env.engine_state(env.state, index).history()) == 53  # same-step reset: a fresh deal
+            ended += 1
+        assert not bool(out[GAME_SCORE][~done].any())
+
+
+def test_connect_four_seats_alternate_and_the_game_ends_on_the_winners_move() -> None:
+    env = BatchedEnv(OpenSpielEnv("open_spiel:connect_four"), 2, seed=0)
+    out, generator = env.reset(), torch.Generator().manual_seed(3)
+    assert out[keys.SEAT].tolist() == [0, 0]
+    assert bool(out[keys.IS_FIRST].all())
+    for _ in range(200):
+        seat = out[keys.SEAT].clone()
+        out = env.step(random_actions(out, generator))
+        done = out[keys.TERMINATED]
+        assert torch.equal(out[keys.SEAT][~done], 1 - seat[~done])
+        assert torch.equal(out[keys.SEAT][done], torch.zeros_like(seat[done]))
+        for index in done.nonzero().flatten().tolist():
+            reward = out[keys.REWARD][index]
+            assert reward.sum() == 0  # zero-sum: the loser is paid -1 on the winner's move
+            if reward.abs().sum() > 0:
+                assert float(reward[seat[index]]) == 1.0
+
+
+def test_same_seed_same_games() -> None:
+    def record(seed: int) -> list[torch.Tensor]:
+        env = BatchedEnv(OpenSpielEnv("open_spiel:hearts"), 2, seed=seed)
+        out, generator = env.reset(), torch.Generator().manual_seed(7)
+        rows = [out[keys.OBS].clone()]
+        for _ in range(120):
+            out = env.step(random_actions(out, generator))
+            rows += [out[keys.OBS].clone(), out[keys.REWARD].clone()]
+        return rows
+
+    first, again, other = record(5), record(5), record(6)
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not torch.equal(first[0], other[0])  # another seed deals other cards
+
+
+def test_snapshot_continues_identically_through_a_new_deal() -> None:
+    """A snapshot (state.clone() + the row's RNG) replays the same future, the next hand's deal included."""
+    core = OpenSpielEnv("open_spiel:hearts")
+    generator = torch.Generator().manual_seed(0)
+    state = core.reset_state(2, generator)
+    out = core.observe(state)
+    for _ in range(40):
+        state, out = core.step_state(state, random_actions(out, generator), generator, inplace=True)
+    snap = core.snapshot(state)
+    assert core.live_count == 4
+    draws = torch.Generator().manual_seed(9)
+    actions = []
+    outs_a, outs_b = [], []
+    for _ in range(40):  # beyond the end of the first hands (64 decisions each)
+        action = random_actions(out, draws)
+        actions.append(action)
+        state, out = core.step_state(state, action, generator, inplace=True)
+        outs_a.append(out)
+    out_b = core.observe(snap)
+    for action in actions:
+        snap, out_b = core.step_state(snap, action, generator, inplace=True)
+        outs_b.append(out_b)
+    assert any(bool(o[keys.TERMINATED].any()) for o in outs_a)
+    for a, b in zip(outs_a, outs_b, strict=True):
+        assert all(torch.equal(a[k], b[k]) for k in a.keys())  # noqa: SIM118 - iterating a TensorDict yields rows
+    core.release(snap)
+    core.release(snap)  # harmless twice
+    assert core.live_count == 2
+    core.close()
+    assert core.live_count == 0
+
+
+def test_step_without_inplace_keeps_the_input_state() -> None:
+    core = OpenSpielEnv("connect_four")
+    generator = torch.Generator().manual_seed(0)
+    state = core.reset_state(2, generator)
+    action = torch.tensor([3, 4])
+    next_state, first = core.step_state(state, action, generator, inplace=False)
+    _, second = core.step_state(state, action, generator, inplace=False)
+    assert torch.equal(first[keys.OBS], second[keys.OBS])
+    assert len(core.engine_state(state, 0).history()) == 0
+    assert len(core.engine_state(next_state, 0).history()) == 1
+    assert core.live_count == 6
+
+
+def test_step_limit_truncates_with_every_seats_final_view() -> None:
+    env = BatchedEnv(OpenSpielEnv("connect_four", max_episode_steps=5), 2, seed=0)
+    out = env.reset()
+    for tick in range(5):
+        before = [env.env.engine_state(env.state, i).clone() for i in range(2)]
+        action = torch.tensor([tick % 7, (tick + 2) % 7])
+        out = env.step(action)
+    assert out[keys.TRUNCATED].all()
+    assert not out[keys.TERMINATED].any()
+    assert out[keys.FINAL_OBS].shape == (2, 2, 3, 6, 7)
+    for index in range(2):
+        last = before[index]
+        last.apply_action(int(action[index]))
+        for seat in range(2):
+            expected = torch.tensor(last.observation_tensor(seat)).reshape(3, 6, 7)
+            assert torch.equal(out[keys.FINAL_OBS][index, seat], expected)
+    assert bool(out[keys.IS_FIRST].all())
+    assert out[keys.OBS].sum() == 6 * 7 * 2
+
+
+def test_hearts_without_passing_never_passes() -> None:
+    """game_kwargs reach the engine; OpenSpiel's hearts lists four pass directions even with pass_cards=false."""
+    core = OpenSpielEnv("open_spiel:hearts", {"pass_cards": False})
+    state = core.reset_state(16, torch.Generator().manual_seed(0))
+    assert all(core.engine_state(state, i).history()[0] == 0 for i in range(16))
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"env_id": "open_spiel:heartz"}, "OpenSpiel has no game 'heartz' (close: hearts"),
+    ({"env_id": "hearts", "game_kwargs": {"passcards": False}},
+     "hearts has no parameter 'passcards' (close: pass_cards"),
+    ({"env_id": "hearts", "game_kwargs": {"pass_cards": "no"}}, "game_kwargs.pass_cards='no': hearts expects bool"),
+    ({"env_id": "connect_four", "game_kwargs": {"rows": 1.5}}, "connect_four expects int values for 'rows'"),
+    ({"env_id": "goofspiel"}, "simultaneous-move game; OpenSpielEnv plays turn-based games: write env_id: "
+                              "'open_spiel:turn_based_simultaneous_game(game=goofspiel())'"),
+    ({"env_id": "stones_and_gems"}, "sampled stochastic"),
+    ({"env_id": "hearts", "observation": "observation"}, "does not provide that tensor; use observation: info_state"),
+    ({"env_id": "hearts", "observation": "pixels"}, "observation='pixels' is not a choice"),
+])  # fmt: skip
+def test_bad_input_is_one_line(kwargs: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        OpenSpielEnv(**kwargs)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_simultaneous_game_loads_turn_based_as_suggested() -> None:
+    env = OpenSpielEnv("open_spiel:turn_based_simultaneous_game(game=goofspiel())")
+    assert env.spec.num_seats == 2
+    assert pyspiel.load_game("goofspiel").num_distinct_actions() == env.spec.num_actions
