@@ -91,7 +91,8 @@ def check_checkpoint(path: str, seat: int) -> None:
 def frozen_copy(module: Any, state: dict[str, torch.Tensor] | None = None) -> Any:
     """A new module of ``module``'s class and hyper-parameters with ``state`` (default: its current weights),
     in eval mode without gradients: a player that acts but never learns."""
-    copy = type(module)(**module.hparams)
+    hparams = {k: v for k, v in module.hparams.items() if not k.startswith("_")}  # the CLI adds ``_class_path``
+    copy = type(module)(**hparams)
     copy.load_state_dict(module.state_dict() if state is None else state)
     copy.requires_grad_(False).eval()
     return copy.to(module.device)

@@ -39,8 +39,8 @@ class SelfPlayCollector(CollectorBase):
     """Steps a multi-seat ``BatchedEnv`` with the learning policy and the seat map's other players.
 
     Episode stats are per learning seat: ``episode_return`` is the mean, over finished games and their learning
-    seats, of what the seat received in the game; ``game_score`` the engine's score of those seats (Hearts: points
-    taken per hand) where the env reports one.
+    seats, of what the seat received in the game; where the env reports a score (``game_score``), its mean over the
+    same seats as ``game_score``, or for Hearts as ``points_per_hand`` (points taken per hand, lower is better).
 
     Args:
         env: the batched multi-seat env (owned from now on).
@@ -151,8 +151,9 @@ class SelfPlayCollector(CollectorBase):
 
     def episode_stats(self) -> dict[str, torch.Tensor]:
         stats = super().episode_stats()
-        if self.scores.updated:
-            stats["game_score"] = self.scores.compute()["episode_return"]
+        if self.scores.updated:  # Hearts: points taken per hand (lower is better); other games: their score
+            name = "points_per_hand" if getattr(self.env.env, "score_name", "") == "points" else "game_score"
+            stats[name] = self.scores.compute()["episode_return"]
             self.scores.reset()
         return stats
 
