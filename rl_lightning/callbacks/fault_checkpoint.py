@@ -40,6 +40,8 @@ class FaultCheckpoint(Callback):
         * Any other exception (env, model, callback): the state may be half-way through a rollout or an update,
           so what is saved is the snapshot taken at the start of the update that failed, i.e. the state after the
           last completed update (weights, optimiser, counters, collector RNG and env state, replay pointers).
+          Raised after an update and all its ``on_train_batch_end`` callbacks (the end-of-fit evaluation, epoch-end
+          hooks), it saves the live state, which is that last update's.
 
     The snapshot is Lightning's own checkpoint dict, with every tensor cloned, taken at each
     ``on_train_batch_start`` (after every callback of the previous update has run). It costs one copy of the
@@ -89,6 +91,9 @@ class FaultCheckpoint(Callback):
             return
         checkpoint = self._snapshot
         if isinstance(exception, SIGTERMException):  # raised between updates: the live state is consistent
+            with contextlib.suppress(Exception):
+                checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
+        if self._snapshot is not None and _between_updates(trainer):  # e.g. the end-of-fit evaluation raised
             with contextlib.suppress(Exception):
                 checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
         if not checkpoint.get(COUNTERS_KEY, {}).get("updates"):
@@ -147,6 +152,12 @@ def _without_replay_storage(datamodule: Any) -> Iterator[None]:
     finally:
         if saved:
             datamodule.save_replay = saved
+
+
+def _between_updates(trainer: pl.Trainer) -> bool:
+    """Whether every batch this fit started has completed, ``on_train_batch_end`` callbacks included."""
+    progress = trainer.fit_loop.epoch_loop.batch_progress.current
+    return progress.started == progress.completed
 
 
 def _clone_tensors(value: Any) -> Any:
