@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NEEDS_EXTRA = {"ppo_halfcheetah": "mujoco", "spo_halfcheetah": "mujoco"}  # config stem -> the module its optional extra installs
+# config stem -> the module its optional extra installs
+NEEDS_EXTRA = {
+    "ppo_halfcheetah": "mujoco",
+    "spo_halfcheetah": "mujoco",
+    "ppo_hearts": "pyspiel",
+    "ppo_connect_four": "pyspiel",
+}
 
 
 def bundled_configs() -> list:

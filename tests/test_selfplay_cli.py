@@ -1,0 +1,53 @@
+"""Self-play through ``rl-lightning fit`` as a user runs it (subprocess): the bundled game configs, bad seat maps."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.cli_subprocess import error_line, run_cli, snapshot
+
+pytest.importorskip("pyspiel", reason="needs pip install 'rl_lightning[games]'")
+
+
+def _tiny(tmp_path, num_envs, num_steps=16, updates=2):
+    return [
+        "--data.init_args.num_envs", str(num_envs), "--data.init_args.num_steps", str(num_steps),
+        "--data.init_args.total_env_steps", str(num_envs * num_steps * updates), "--model.init_args.update_epochs", "1",
+        "--model.init_args.num_minibatches", "2", "--model.init_args.hidden_sizes", "[32]",
+        "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"), "--trainer.enable_progress_bar", "false",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("config", "num_steps"), [("ppo_connect_four", 16), ("ppo_hearts", 40)])
+def test_bundled_game_config_fits_as_a_subprocess(tmp_path, config, num_steps):
+    # Hearts hands last about 60 decisions: 80 ticks per game so that hands finish and their points are logged.
+    result = run_cli(["fit", "--config", f"{config}.yaml", *_tiny(tmp_path, 8, num_steps)], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = next((tmp_path / "runs" / config).iterdir())
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+    events = b"".join(path.read_bytes() for path in run.glob("events.out.tfevents.*"))
+    assert b"rollout/episode_return" in events
+    assert b"train/loss" in events
+    assert b"eval/vs_random/" in events  # the config's GameEvaluation played its panel at the end of training
+    if config == "ppo_hearts":
+        assert b"rollout/points_per_hand" in events
+        assert b"eval/vs_random/points_per_hand" in events
+
+
+BAD_SEATS = [
+    pytest.param(
+        "{0: self, 4: random}", "data.seats names seat 4, but 'open_spiel:hearts' has seats 0..3", id="missing-seat"
+    ),
+    pytest.param("{1: my_pkg.bots:NoSuchBot}", "data.seats[1]='my_pkg.bots:NoSuchBot': cannot import", id="bad-bot"),
+    pytest.param("{1: teammate}", "data.seats[1]='teammate' is not a seat kind", id="unknown-kind"),
+]
+
+
+@pytest.mark.parametrize(("seats", "expected"), BAD_SEATS)
+def test_bad_seat_map_is_one_line_and_writes_nothing(tmp_path, seats, expected):
+    (tmp_path / "notes.txt").write_text("a file the failed run must leave alone\n")
+    before = snapshot(tmp_path)
+    args = ["fit", "--config", "ppo_hearts.yaml", *_tiny(tmp_path, 4), "--data.init_args.seats", seats]
+    line = error_line(run_cli(args, tmp_path))
+    assert expected in line
+    assert snapshot(tmp_path) == before
