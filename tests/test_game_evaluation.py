@@ -130,3 +130,27 @@ def test_an_opponent_that_cannot_play_fails_at_setup(opponents: list[str], messa
     with pytest.raises(ConfigError) as caught:
         callback.setup(fake, SimpleNamespace(device=torch.device("cpu")), "fit")
     assert message in str(caught.value)
+
+
+def test_validate_and_test_without_the_callback_play_a_default_panel() -> None:
+    from rl_lightning.callbacks.game_evaluation import game_evaluation_for
+
+    run = SimpleNamespace(callbacks=[], datamodule=SimpleNamespace(env=HighCard(seats=3)), lightning_module=None)
+    with game_evaluation_for(run) as default:
+        assert default.opponents == ["random"]  # HighCard has no bundled heuristic
+        assert default.num_games == 300  # 100 deals per seat
+    configured = GameEvaluation(every_n_updates=1)
+    with game_evaluation_for(SimpleNamespace(callbacks=[configured])) as found:
+        assert found is configured
+
+
+def test_heuristic_names_the_games_bundled_bot() -> None:
+    pytest.importorskip("pyspiel")
+    from rl_lightning.envs.games import OpenSpielEnv
+    from rl_lightning.envs.games.bots import ConnectFourHeuristic, HeartsHeuristic
+    from rl_lightning.games.panel import resolve_panel
+
+    for game, bot in (("open_spiel:hearts", HeartsHeuristic), ("open_spiel:connect_four", ConnectFourHeuristic)):
+        panel = resolve_panel(["random", "heuristic"], OpenSpielEnv(game), None, None, torch.device("cpu"))
+        assert [p.name for p in panel] == ["random", "heuristic"]
+        assert isinstance(panel[1].bot, bot)

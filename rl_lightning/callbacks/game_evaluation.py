@@ -16,18 +16,8 @@ from rl_lightning.callbacks.cadence import Cadence
 from rl_lightning.env_step_log import log_at_env_step, publish_to_callbacks
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.errors import ConfigError
+from rl_lightning.games import panel as panels
 from rl_lightning.games.match import PolicyBot
-from rl_lightning.games.panel import (
-    HEURISTIC,
-    HEURISTICS,
-    POLICY,
-    RANDOM,
-    Player,
-    check_opponents,
-    play_panel,
-    rating_table,
-    resolve_panel,
-)
 from rl_lightning.games.summary import match_metrics
 
 
@@ -48,7 +38,7 @@ class GameEvaluation(Callback):
     ``win_rate``/``draw_rate``/``loss_rate`` with intervals, ``baseline_win_rate`` and ``p_value_win_rate``.
     With ``rating_games > 0`` a round robin of the policy and the whole panel gives ``eval/rating/<name>`` (Elo,
     ``random`` = 0 when it plays; ``rl_lightning.games.rating``). The values also go to
-    ``trainer.callback_metrics`` (``RLCheckpoint``/``EarlyStopping`` monitors). Every rank plays the same games.
+    ``trainer.callback_metrics`` (``RLCheckpoint``/``EarlyStopping`` monitors). Every rank plays the same panels.
 
     Args:
         every_n_updates: evaluate after every this many learner updates.
@@ -80,7 +70,7 @@ class GameEvaluation(Callback):
         batch_size: int = 256,
     ) -> None:
         self.cadence = Cadence("GameEvaluation", every_n_updates, every_n_env_steps)
-        self.opponents = check_opponents(["random", "heuristic"] if opponents is None else opponents,
+        self.opponents = panels.check_opponents(["random", "heuristic"] if opponents is None else opponents,
                                          "GameEvaluation")  # fmt: skip
         for name, value, least in (("num_games", num_games, 1), ("batch_size", batch_size, 1),
                                    ("rating_games", rating_games or 0, 0)):  # fmt: skip
@@ -153,17 +143,17 @@ class GameEvaluation(Callback):
         """Play the panel (and the rating round robin) once; ``{prefix}/vs_<name>/*`` and ``{prefix}/rating/*``."""
         env = self.game_env(trainer)
         panel = self._panel(trainer, env, pl_module)
-        policy = Player(POLICY, PolicyBot(pl_module, self.deterministic, self.seed))
+        policy = panels.Player(panels.POLICY, PolicyBot(pl_module, self.deterministic, self.seed))
         deals = self.num_games // env.spec.num_seats
         was_training = pl_module.training
         pl_module.eval()
         try:
-            results = play_panel(env, policy, panel, deals, self.seed, self.duplicate, self.batch_size)
+            results = panels.play_panel(env, policy, panel, deals, self.seed, self.duplicate, self.batch_size)
             ratings = {}
             rating_games = self.num_games if self.rating_games is None else self.rating_games
             if rating_games:
-                played = {(POLICY, name): result for name, result in results.items()}
-                ratings = rating_table(env, [policy, *panel], played, rating_games // env.spec.num_seats,
+                played = {(panels.POLICY, name): result for name, result in results.items()}
+                ratings = panels.rating_table(env, [policy, *panel], played, rating_games // env.spec.num_seats,
                                        self.seed, self.duplicate, self.batch_size)  # fmt: skip
         finally:
             pl_module.train(was_training)
@@ -172,11 +162,11 @@ class GameEvaluation(Callback):
         metrics.update({f"{prefix}/rating/{name}": value for name, value in ratings.items()})
         return metrics
 
-    def _panel(self, trainer: pl.Trainer, env: TorchEnv, pl_module: Any) -> list[Player]:
+    def _panel(self, trainer: pl.Trainer, env: TorchEnv, pl_module: Any) -> list[panels.Player]:
         """The opponents now (the league's snapshots change between evaluations)."""
         selfplay = getattr(getattr(trainer, "datamodule", None), "selfplay", None)
         league = getattr(selfplay, "league", None)
-        return resolve_panel(self.opponents, env, league, self.deterministic, pl_module.device)
+        return panels.resolve_panel(self.opponents, env, league, self.deterministic, pl_module.device)
 
     @override
     def state_dict(self) -> dict[str, Any]:
@@ -198,8 +188,8 @@ def game_evaluation_for(trainer: pl.Trainer) -> Iterator[GameEvaluation]:
         yield found[0]
         return
     env = trainer.datamodule.env
-    opponents = [RANDOM, HEURISTIC] if env.spec.name in HEURISTICS else [RANDOM]
-    default = GameEvaluation(every_n_updates=1, opponents=opponents, num_games=100 * env.spec.num_seats)
+    seats = env.spec.num_seats
+    default = GameEvaluation(every_n_updates=1, opponents=panels.default_opponents(env), num_games=100 * seats)
     try:
         yield default
     finally:

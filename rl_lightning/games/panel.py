@@ -61,6 +61,11 @@ def check_opponents(opponents: Sequence[str], owner: str) -> list[str]:
     return checked
 
 
+def default_opponents(env: TorchEnv) -> list[str]:
+    """``random``, and ``heuristic`` where the game has a bundled one."""
+    return [RANDOM, HEURISTIC] if env.spec.name in HEURISTICS else [RANDOM]
+
+
 def _import_bot(path: str, owner: str) -> Bot:
     module_name, _, attr = path.rpartition(":") if ":" in path else path.rpartition(".")
     try:
