@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -160,3 +162,14 @@ def test_validate_plays_whole_atari_games_of_the_bundled_preset(tmp_path):
     assert logged["eval/episode_length"] == played["evaluation"][1]
     assert logged["eval/episodes_cut"] == 0
     assert played["training"][1] < played["evaluation"][1]  # training form: the first life only
+    # README's load_policy example on Atari, as written, on this run's checkpoint (the path it names)
+    example = re.search(
+        r"<!-- atari-inference-example -->\s*```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S
+    )
+    assert example, "README.md lost its Atari inference example"
+    assert "runs/ppo_atari/version_0/checkpoints/last.ckpt" in example.group(1)
+    environ = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", example.group(1)], cwd=tmp_path, env=environ, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.fullmatch(r"score \d+\.\d, lives left 0", done.stdout.strip().splitlines()[-1])  # a whole game
