@@ -5,7 +5,7 @@ from __future__ import annotations
 from rl_lightning.envs.base import BatchedEnv, EnvSpec, ObsLeaf, TorchEnv
 from rl_lightning.envs.cartpole import CartPole
 from rl_lightning.envs.catch import Catch
-from rl_lightning.envs.games import OpenSpielEnv
+from rl_lightning.envs.games import OpenSpielEnv, PettingZooEnv
 from rl_lightning.envs.gymnasium import (
     AleVectorEnv,
     ClassSpec,
@@ -32,6 +32,7 @@ __all__ = [
     "NoiseSteppedEnv",
     "OpenSpielEnv",
     "Pendulum",
+    "PettingZooEnv",
     "TicTacToe",
     "TorchEnv",
     "make_eval_env",
