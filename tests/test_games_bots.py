@@ -11,9 +11,10 @@ pytest.importorskip("pyspiel")
 
 import pyspiel  # noqa: E402
 
-from rl_lightning.envs.games.bots import ConnectFourHeuristic, HeartsHeuristic, RandomBot  # noqa: E402
+from rl_lightning.envs.games.bots import ConnectFourHeuristic, HeartsHeuristic, RandomBot, load_bot  # noqa: E402
 from rl_lightning.envs.games.bots.connect_four import boards  # noqa: E402
 from rl_lightning.envs.games.bots.hearts import QUEEN_OF_SPADES, decode  # noqa: E402
+from rl_lightning.errors import ConfigError  # noqa: E402
 
 _RANKS, _SUITS = "23456789TJQKA", "CDHS"
 
@@ -160,10 +161,8 @@ def test_connect_four_heuristic_wins_blocks_or_goes_central() -> None:
 
 
 def test_connect_four_pettingzoo_layout_reads_the_same_board() -> None:
-    pytest.importorskip("pettingzoo")
-    from pettingzoo.classic import connect_four_v3
-
-    env = connect_four_v3.env()
+    pettingzoo = pytest.importorskip("pettingzoo")
+    env = pettingzoo.make("aec", "classic/connect_four-v3")
     env.reset(seed=0)
     rng = random.Random(0)
     for _ in range(15):
@@ -192,3 +191,22 @@ def test_random_bot_is_legal_uniform_and_seeded() -> None:
     share = (first[1000:] == 1).float().mean()
     assert 0.45 < float(share) < 0.55
     assert 0.28 < float((first[:1000] == 5).float().mean()) < 0.39
+
+
+def test_load_bot_by_class_path() -> None:
+    assert isinstance(load_bot("rl_lightning.envs.games.bots.HeartsHeuristic"), HeartsHeuristic)
+    assert isinstance(load_bot("rl_lightning.envs.games.bots:RandomBot"), RandomBot)
+
+
+@pytest.mark.parametrize(("path", "message"), [
+    ("my_pkg.bots:MyBot", "seats.1='my_pkg.bots:MyBot' does not import (ModuleNotFoundError: No module named"),
+    ("rl_lightning.envs.games.bots.NoSuchBot", "does not import (AttributeError"),
+    ("HeartsHeuristic", "is not a class path; write 'package.module.Class'"),
+    ("rl_lightning.envs.games.bots.load_bot", "is not a class"),
+    ("rl_lightning.envs.games.bots.hearts.NUM_CARDS", "is not a class"),
+])  # fmt: skip
+def test_bot_class_that_does_not_import_is_one_line(path: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_bot(path, "seats.1")
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)

@@ -47,7 +47,7 @@ def test_outputs_match_the_engine(env_id: str, obs_shape: tuple, seats: int, per
         for index in range(3):
             seat, tensor, legal = engine_view(env, index)
             assert int(out[keys.SEAT][index]) == seat
-            assert out[keys.OBS][index].flatten().tolist() == pytest.approx(tensor)
+            assert torch.equal(out[keys.OBS][index].flatten(), torch.tensor(tensor))
             assert out[keys.ACTION_MASK][index].nonzero().flatten().tolist() == legal
         out = env.step(random_actions(out, generator))
         assert out[keys.REWARD].shape == (3, seats)

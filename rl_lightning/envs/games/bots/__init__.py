@@ -11,6 +11,8 @@ A user's bot is any class with this ``__call__`` (a config names it by class pat
 
 from __future__ import annotations
 
+import importlib
+
 import torch
 
 from rl_lightning.envs.games.bots.connect_four import ConnectFourHeuristic
@@ -27,4 +29,37 @@ class RandomBot:
         return torch.where(action_mask, noise, -1.0).argmax(-1)
 
 
-__all__ = ["ConnectFourHeuristic", "HeartsHeuristic", "RandomBot"]
+def load_bot(path: str, field: str = "bot") -> object:
+    """An instance of the bot class at ``path`` (``package.module.Class`` or ``package.module:Class``).
+
+    Raises:
+        ConfigError: one line naming ``field`` and the path when it does not import, is not a class, or its
+            instances are not callable.
+    """
+    from rl_lightning.errors import ConfigError
+
+    module, sep, name = path.partition(":") if ":" in path else path.rpartition(".")
+    where = f"{field}={path!r}"
+    if not sep or not module or not name:
+        raise ConfigError(f"{where} is not a class path; write 'package.module.Class' (e.g. "
+                          "rl_lightning.envs.games.bots.HeartsHeuristic)")  # fmt: skip
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except Exception as err:  # ImportError, AttributeError, or whatever the user's module raises
+        detail = " ".join(f"{type(err).__name__}: {err}".split())
+        raise ConfigError(f"{where} does not import ({detail}); install the package or fix the path") from None
+    if not isinstance(cls, type):
+        raise ConfigError(f"{where} is not a class; name a bot class whose instances are called as "
+                          "bot(obs, action_mask, seat, generator)")  # fmt: skip
+    try:
+        bot = cls()
+    except Exception as err:
+        detail = " ".join(f"{type(err).__name__}: {err}".split())
+        raise ConfigError(f"{where}: {name}() failed ({detail}); a bot class is built without arguments") from None
+    if not callable(bot):
+        raise ConfigError(f"{where}: {name} instances are not callable; define "
+                          "__call__(self, obs, action_mask, seat, generator) -> action")  # fmt: skip
+    return bot
+
+
+__all__ = ["ConnectFourHeuristic", "HeartsHeuristic", "RandomBot", "load_bot"]
