@@ -1,5 +1,5 @@
 """SequenceCollector: the DreamerV3 replay stream against a naive per-env reference, episode structure,
-episode statistics, determinism and bit-exact resume, Gymnasium snapshot accounting, policy view and check mode."""
+episode statistics, determinism and bit-exact resume, the in-process Gymnasium env count, policy view and check mode."""
 
 from __future__ import annotations
 
@@ -339,7 +339,8 @@ def test_state_dict_resumes_bit_exactly_mid_episode(env_name: str) -> None:
         assert torch.equal(stats[name], value), name
 
 
-def test_gymnasium_snapshots_do_not_leak() -> None:
+def test_gymnasium_env_is_stepped_live_without_copies() -> None:
+    """In-process Gymnasium envs run in next-step autoreset: the collector never holds more envs than it steps."""
     num_envs = 3
     core = GymnasiumEnv("CartPole-v1", {"max_episode_steps": 8})
     env = BatchedEnv(core, num_envs, seed=0)

@@ -64,17 +64,11 @@ REFUSALS = [
     ("ppo", env("TupleObs"), ("observation space Tuple", "supported: Box (any dtype), Discrete, and Dict")),
     ("spo", env("MultiDiscreteBandit"), ("SPO does not support multi_discrete actions", "discrete, box")),
     ("dreamer", env("MultiBinaryBandit"), ("DreamerV3 does not support multi_binary actions", "discrete, box")),
-    (
-        "dreamer",
-        env("TwoKeyDict", "GymnasiumVectorEnv", length=4),
-        ("data.env=GymnasiumVectorEnv", "DreamerV3", "cannot snapshot", "rl_lightning.envs.GymnasiumEnv (in-process)"),
-    ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("algo", "env_config", "fragments"), REFUSALS, ids=["tuple_obs", "spo_multidiscrete", "dreamer_multibinary",
-                                                        "dreamer_vector_backend"]
+    ("algo", "env_config", "fragments"), REFUSALS, ids=["tuple_obs", "spo_multidiscrete", "dreamer_multibinary"]
 )  # fmt: skip
 def test_unsupported_space_or_backend_is_one_line(tmp_path: Path, algo: str, env_config: dict, fragments) -> None:
     base, tiny, _ = RUNS[algo]

@@ -41,11 +41,10 @@ from rl_lightning import keys
 from rl_lightning.data.on_policy import OnPolicyDataModule, Rollout, _gather_per_rank, _require_positive
 from rl_lightning.data.ratio import Ratio
 from rl_lightning.data.replay import ReplayRing, check_sequence_replay
-from rl_lightning.data.sequence_collector import SequenceCollector
+from rl_lightning.data.sequence_collector import SequenceCollector, stepping
 from rl_lightning.data.stream_handoff import StreamHandOff
 from rl_lightning.data.timing import PhaseTimer
 from rl_lightning.envs.base import BatchedEnv, TorchEnv
-from rl_lightning.envs.gymnasium.backend import SNAPSHOT_BACKENDS
 from rl_lightning.errors import ConfigError
 from rl_lightning.evaluation import random_action
 
@@ -215,14 +214,7 @@ class DreamerDataModule(OnPolicyDataModule):
 
     def check_fit_config(self, module: Any) -> None:
         """Configs that could never train are errors here, before any env exists."""
-        if not self.env.can_snapshot:
-            # The sequence collector holds an env still for the tick that shows its terminal observation, by
-            # stepping a copy of the state and keeping the old one (see SequenceCollector). A batch-stepping
-            # backend cannot hold one env still while stepping the rest, so it cannot feed this stream.
-            raise ConfigError(
-                f"data.env={type(self.env).__name__}: DreamerV3's sequence collector steps copies of the env state "
-                f"and this backend cannot snapshot; use a backend that can: {SNAPSHOT_BACKENDS}"
-            )
+        stepping(self.env)  # an env the sequence collector cannot step is one line here (every built-in backend can)
         super().check_fit_config(module)
         self._check_replay()
         self._check_engine(self._resolve_device())

@@ -13,13 +13,30 @@ tick ``t`` and what it did there::
 
 ``reward_t`` is the reward received on arriving at ``o_t``; ``terminated``/``truncated`` say that ``o_t`` ends the
 episode (``is_last`` = either). The terminal observation is a row of its own, so the world model learns to predict
-termination from it; its action is zeroed and the env is *not* stepped on that tick (the next row is the reset
-observation the same-step auto-reset already produced). So every env writes exactly one row per tick, and the
-ring stays a lockstep ``[T, num_envs]`` array. Like danijar's driver, each tick counts as one policy step per env,
-including the reset tick (one per episode).
+termination from it; its action is zeroed and the env does not take it: that tick resets the env instead, and the
+next row is the new episode's first observation. So every env writes exactly one row per tick, and the ring stays a
+lockstep ``[T, num_envs]`` array. Like danijar's driver, each tick counts as one policy step per env, including the
+reset tick (one per episode).
 
-The env is stepped functionally (``step_state(..., inplace=False)``) and the state of envs showing a terminal row
-is kept with a branch-free ``torch.where``; the discarded branch is released (Gymnasium snapshots).
+How a terminal row's tick avoids moving the env (``stepping``):
+
+* ``next_step`` (every Gymnasium backend: ``GymnasiumEnv``, ``GymnasiumVectorEnv`` sync/async, ``EnvPoolEnv``,
+  ``AleVectorEnv``): the collector switches the env to next-step autoreset (``next_step_autoreset``), steps it
+  like any other env with the recorded (zeroed) actions, and writes the next rows from the step's outputs. A row
+  that ended on the previous step is reset by this step, its action ignored. This is exactly danijar's driver
+  (it zeroes the action of an ``is_last`` row and sends ``reset`` with it; its Gym wrapper resets on that step),
+  and it is Gymnasium's ``AutoresetMode.NEXT_STEP`` and EnvPool's and ale-py's native autoreset: no snapshots,
+  no extra env calls. Under an Atari preset that ends training episodes at a lost life while the game goes on,
+  the reset tick is that backend's play-on after the life loss (the preset's reset, or the no-op 0 where the
+  library plays on by itself), so each life is an episode of the stream.
+* ``hold`` (torch-native envs, and any other env that can snapshot): they keep the same-step contract. The env is
+  stepped functionally (``step_state(..., inplace=False)``) and the state of envs showing a terminal row is kept
+  with a branch-free ``torch.where`` (their state is tensors: a clone, no snapshot cost); the reset observation
+  the same-step auto-reset produced waits in ``pending`` for the next tick.
+
+Why not a ragged ring, where an env that finishes writes its terminal and reset rows in one tick (sheeprl's per-env
+buffers)? That needs a write position per env in the ring, its commits and the async engine; next-step autoreset
+keeps the ring lockstep and counts policy steps as DreamerV3 does, with small changes to the backends only.
 """
 
 from __future__ import annotations
@@ -32,9 +49,30 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.data.collector_base import CollectorBase
+from rl_lightning.envs.base import BatchedEnv, TorchEnv
+from rl_lightning.errors import ConfigError
 
 #: ``(view, generator) -> TensorDict`` holding ``action``; the view carries ``obs`` and ``is_first``.
 Policy = Callable[[TensorDict, torch.Generator], TensorDict]
+
+NEXT_STEP, HOLD = "next_step", "hold"
+
+
+def stepping(env: TorchEnv) -> str:
+    """How the collector keeps a terminal row's env from taking its action (see the module docstring).
+
+    Raises:
+        ConfigError: for an env that neither resets on the next step nor can snapshot.
+    """
+    if callable(getattr(env, "next_step_autoreset", None)):
+        return NEXT_STEP
+    if env.can_snapshot:
+        return HOLD
+    raise ConfigError(
+        f"data.env={type(env).__name__}: DreamerV3's sequence collector needs an env that resets on the next step "
+        "(next_step_autoreset: every Gymnasium backend) or that can snapshot (torch-native envs); this one does "
+        "neither"
+    )
 
 
 class SequenceCollector(CollectorBase):
@@ -45,18 +83,24 @@ class SequenceCollector(CollectorBase):
         seed: seeds the action-sampling generator.
     """
 
-    live_keys = ("view", "pending")  # what the policy sees next; reset observations behind terminal rows
+    live_keys = ("view", "pending")  # what the policy sees next; hold: reset observations behind terminal rows
     _view: TensorDict | None
     _pending: TensorDict | None
 
+    def __init__(self, env: BatchedEnv, seed: int = 0) -> None:
+        super().__init__(env, seed)
+        self.stepping = stepping(env.env)
+
     def _start(self) -> None:
+        if self.stepping == NEXT_STEP:
+            self.env.env.next_step_autoreset()  # type: ignore[attr-defined]
         first = self.env.reset()
         n, device = self.env.num_envs, self.env.device
         first[keys.REWARD] = torch.zeros(n, device=device)
         first[keys.TERMINATED] = torch.zeros(n, dtype=torch.bool, device=device)
         first[keys.TRUNCATED] = torch.zeros(n, dtype=torch.bool, device=device)
         self._view = first
-        self._pending = first.select(*self._obs_keys(first)).clone()
+        self._pending = first.select(*self._obs_keys(first)).clone() if self.stepping == HOLD else first.select()
 
     @staticmethod
     def _obs_keys(view: TensorDict) -> list[str]:
@@ -76,8 +120,22 @@ class SequenceCollector(CollectorBase):
         row = view.clone(recurse=False)
         row[keys.ACTION] = torch.where(_expand(last, action), torch.zeros_like(action), action)
         row[keys.POLICY_VERSION] = torch.full_like(last, policy_version, dtype=torch.int64)
-        self._view, self._pending = self._advance(view, pending, action, last)
+        if self.stepping == NEXT_STEP:
+            self._view = self._step_next(row[keys.ACTION], last)
+        else:
+            self._view, self._pending = self._advance(view, pending, action, last)
         return row
+
+    def _step_next(self, action: torch.Tensor, last: torch.Tensor) -> TensorDict:
+        """Next-step autoreset: one plain step; the rows in ``last`` are reset by it (their zeroed action ignored)."""
+        out = self.env.step(action)
+        nxt = out.select(*self._obs_keys(out))
+        nxt[keys.REWARD] = out[keys.REWARD]
+        nxt[keys.IS_FIRST] = out[keys.IS_FIRST]
+        nxt[keys.TERMINATED] = out[keys.TERMINATED]
+        nxt[keys.TRUNCATED] = out[keys.TRUNCATED]
+        self._track_episodes(out[keys.REWARD], last, out[keys.TERMINATED] | out[keys.TRUNCATED])
+        return nxt
 
     def _advance(
         self, view: TensorDict, pending: TensorDict, action: torch.Tensor, last: torch.Tensor

@@ -68,7 +68,8 @@ class AleVectorEnv(HeldVectorEnv):
         from ale_py.vector_env import AtariVectorEnv
 
         return AtariVectorEnv(
-            snake_case(self.game), num, num_threads=self.num_threads, autoreset_mode="SameStep",
+            snake_case(self.game), num, num_threads=self.num_threads,
+            autoreset_mode="NextStep" if self.next_step else "SameStep",  # next_step_autoreset
             **self.atari.ale_vector_kwargs(),
         )  # fmt: skip
 
@@ -89,6 +90,8 @@ class AleVectorEnv(HeldVectorEnv):
 
     def _step_all(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         obs, reward, terminated, truncated, info = self._venv.step(np.asarray(actions))
+        if self.next_step:
+            return self._next_step_rows(obs, reward, terminated, truncated)
         done = np.logical_or(terminated, truncated)
         # A life loss (baselines training) is ``terminated`` but ale-py plays on: the returned frames are the
         # terminal ones and ``info["final_obs"]`` holds nothing for that row. Only a real reset restarts the
@@ -104,6 +107,17 @@ class AleVectorEnv(HeldVectorEnv):
             final = self._repeat_first_frame(self._channels_first(info["final_obs"]), ended_age)
             final_obs = np.where(restarted[:, None, None, None], final, final_obs)
         return self._repeat_first_frame(raw, self._age), final_obs, reward, terminated, truncated
+
+    def _next_step_rows(
+        self, obs: np.ndarray, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Next-step autoreset (``next_step_autoreset``): ale-py reset the rows that ended last step (``_ended``),
+        so their stacks start again; nothing is reset inside this step (``final_obs`` is ``obs``)."""
+        assert self._age is not None
+        assert self._ended is not None
+        self._age = np.where(self._ended, 1, np.minimum(self._age + 1, self.atari.stack))
+        frames = self._repeat_first_frame(self._channels_first(obs), self._age)
+        return frames, frames, reward, terminated, truncated
 
     def _repeat_first_frame(self, obs: np.ndarray, age: np.ndarray) -> np.ndarray:
         """Replace the black padding of stacks younger than the stack size by their episode's first frame."""

@@ -91,6 +91,24 @@ class GymnasiumBackend(TorchEnv):
         finally:
             probe.close()
 
+    #: ``step_state``'s autoreset: False = same-step (the env contract), True = next-step (``next_step_autoreset``).
+    next_step: bool = False
+
+    def next_step_autoreset(self) -> None:
+        """From the next ``reset_state`` on, reset a finished env on the step *after* the one that ends it.
+
+        DreamerV3's sequence collector (``data/sequence_collector.py``) asks for it: it shows the terminal
+        observation as a row of its own, and that tick's action must not move the env. In this mode ``step_state``
+        returns, for a row that ended on the previous step, the first observation of its new episode with reward
+        0, both flags False and ``is_first`` True (its action is ignored; the collector passes 0); every other row
+        gets its step's own outputs, with ``obs`` = ``final_obs`` = what the step arrived at (terminal
+        observations included). This is Gymnasium vector envs' ``AutoresetMode.NEXT_STEP`` and EnvPool's and
+        ale-py's own autoreset. The evaluation copy (``fresh``) keeps the same-step contract.
+        """
+        if not self.next_step:
+            self.close()  # a live batch was made for the same-step mode; the next reset_state makes a new one
+            self.next_step = True
+
     @property
     def env_id(self) -> str:
         return self.factory.name
@@ -117,6 +135,7 @@ class VectorBackend(GymnasiumBackend):
         super().__init__(*args, **kwargs)
         self._num: int | None = None
         self._obs: np.ndarray | None = None
+        self._ended: np.ndarray | None = None  # next-step mode: rows whose last step ended (reset on the next)
 
     @abstractmethod
     def _reset_all(self, seeds: list[int]) -> np.ndarray:
@@ -124,12 +143,17 @@ class VectorBackend(GymnasiumBackend):
 
     @abstractmethod
     def _step_all(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Step the batch with same-step autoreset: ``(obs, final_obs, reward, terminated, truncated)``."""
+        """Step the batch with same-step autoreset: ``(obs, final_obs, reward, terminated, truncated)``.
+
+        In next-step mode (``next_step``) the rows in ``_ended`` are reset by this step instead, and nothing is reset
+        inside it (``final_obs`` is ``obs``); see ``GymnasiumBackend.next_step_autoreset``.
+        """
 
     def reset_state(self, num: int, generator: torch.Generator) -> TensorDict:
         """Start ``num`` envs seeded from ``generator`` (the same seeds as the in-process backend draws)."""
         self._obs = self._reset_all(draw_seeds(num, generator))
         self._num = num
+        self._ended = np.zeros(num, dtype=bool)
         index = torch.arange(num, dtype=torch.int64, device=generator.device)
         return TensorDict({ENV_INDEX: index}, batch_size=[num], device=generator.device)
 
@@ -152,7 +176,11 @@ class VectorBackend(GymnasiumBackend):
         except Exception as err:  # the vector env does not say which sub-env raised: name the batch
             raise EnvError(self.env_id, None, self._num or 0, f"raised {type(err).__name__} in step(): {err}") from err
         self._obs = rows[0]
-        return state, step_output(rows, self._obs_space, state.batch_size, state.device)
+        out = step_output(rows, self._obs_space, state.batch_size, state.device)
+        if self.next_step:  # the rows that ended last step were reset by this one
+            out[keys.IS_FIRST] = torch.as_tensor(self._ended, device=state.device)
+            self._ended = np.logical_or(rows[3], rows[4])
+        return state, out
 
     def _check_live(self, state: TensorDict) -> None:
         if self._num is None or state.batch_size[0] != self._num:
@@ -168,7 +196,7 @@ class VectorBackend(GymnasiumBackend):
         return state
 
     def _unstarted(self) -> dict[str, Any]:
-        return {"_num": None, "_obs": None}
+        return {"_num": None, "_obs": None, "_ended": None}
 
     def close(self) -> None:
         self._num = None

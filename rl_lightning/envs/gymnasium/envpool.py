@@ -171,6 +171,9 @@ class EnvPoolEnv(VectorBackend):
 
     def _step_all(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         obs, reward, terminated, truncated, _ = self._pool.step(self._actions(actions))
+        if self.next_step:  # EnvPool's own autoreset is next-step: nothing to adapt (next_step_autoreset)
+            obs = self._observations(obs)
+            return obs, obs, reward, terminated, truncated
         final_obs = obs
         done = np.flatnonzero(np.logical_or(terminated, truncated))
         if done.size:  # same-step autoreset: reset the finished envs now (EnvPool's partial reset)

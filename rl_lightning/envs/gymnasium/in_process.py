@@ -65,6 +65,7 @@ class GymnasiumEnv(RgbArrayRendering, GymnasiumBackend):
         self._envs: dict[int, gymnasium.Env] = {}
         self._obs: dict[int, np.ndarray] = {}
         self._next_id = 0
+        self._ended: set[int] = set()  # next-step mode: ids whose last step ended (reset on their next step)
 
     @property
     def live_count(self) -> int:
@@ -135,6 +136,7 @@ class GymnasiumEnv(RgbArrayRendering, GymnasiumBackend):
         ids = self._ids(state)
         next_ids = self._inplace_ids(ids) if inplace else [self._copy(sid) for sid in ids]
         actions = gym_actions(action, self._action_space)
+        first = [sid in self._ended for sid in next_ids]  # next-step mode: the rows this step resets
         rows = []
         for index, (sid, act) in enumerate(zip(next_ids, actions, strict=True)):
             try:
@@ -147,6 +149,8 @@ class GymnasiumEnv(RgbArrayRendering, GymnasiumBackend):
         batch = (stack_obs(obs, self._obs_space), stack_obs(final_obs, self._obs_space), np.asarray(reward),
                  np.asarray(terminated), np.asarray(truncated))  # fmt: skip
         out = step_output(batch, self._obs_space, state.batch_size, state.device)
+        if self.next_step:
+            out[keys.IS_FIRST] = torch.tensor(first, device=state.device)
         if inplace and next_ids == ids:
             return state, out
         return self._state(next_ids, state.device), out
@@ -162,8 +166,14 @@ class GymnasiumEnv(RgbArrayRendering, GymnasiumBackend):
 
     def _step_one(self, sid: int, action: np.ndarray) -> tuple[Any, Any, float, bool, bool]:
         env = self._env(sid)
+        if self.next_step and sid in self._ended:  # next_step_autoreset: the reset tick ignores the action
+            self._ended.discard(sid)
+            obs = self._obs[sid] = env.reset()[0]
+            return obs, obs, 0.0, False, False
         final_obs, reward, terminated, truncated, _ = env.step(action)
-        obs = env.reset()[0] if terminated or truncated else final_obs
+        if self.next_step and (terminated or truncated):
+            self._ended.add(sid)
+        obs = env.reset()[0] if (terminated or truncated) and not self.next_step else final_obs
         self._obs[sid] = obs
         return obs, final_obs, float(reward), bool(terminated), bool(truncated)
 
@@ -175,6 +185,7 @@ class GymnasiumEnv(RgbArrayRendering, GymnasiumBackend):
         for sid in self._ids(state):
             env = self._envs.pop(sid, None)
             self._obs.pop(sid, None)
+            self._ended.discard(sid)
             if env is not None:
                 env.close()
 
@@ -184,3 +195,4 @@ class GymnasiumEnv(RgbArrayRendering, GymnasiumBackend):
             env.close()
         self._envs.clear()
         self._obs.clear()
+        self._ended.clear()

@@ -65,11 +65,10 @@ class GymnasiumVectorEnv(RgbArrayRendering, HeldVectorEnv):
 
     def _make_vector(self, num: int) -> VectorEnv:
         fns = [self.factory] * num
+        autoreset = AutoresetMode.NEXT_STEP if self.next_step else AutoresetMode.SAME_STEP  # next_step_autoreset
         if self.mode == "sync":
-            return SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
-        return AsyncVectorEnv(
-            fns, shared_memory=self.shared_memory, context=self.context, autoreset_mode=AutoresetMode.SAME_STEP
-        )
+            return SyncVectorEnv(fns, autoreset_mode=autoreset)
+        return AsyncVectorEnv(fns, shared_memory=self.shared_memory, context=self.context, autoreset_mode=autoreset)
 
     def _reset_all(self, seeds: list[int]) -> np.ndarray:
         if self._venv is None or self._venv.num_envs != len(seeds):
