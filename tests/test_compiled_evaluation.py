@@ -10,7 +10,7 @@ from rl_lightning.algos import PPO
 from rl_lightning.callbacks import Evaluation
 from rl_lightning.envs import CartPole, Pendulum
 from rl_lightning.errors import ConfigError
-from rl_lightning.evaluation import run_episodes
+from rl_lightning.evaluation import play_episodes, run_episodes
 from rl_lightning.fused_evaluation import CompiledEpisodes
 from tests.helpers import tiny_ppo, trainer
 
@@ -31,6 +31,11 @@ def test_compiled_episodes_match_run_episodes(name):
         assert bool(played.finished.all())
         torch.testing.assert_close(lengths, expected[1], rtol=0, atol=0)
         torch.testing.assert_close(returns, expected[0], rtol=1e-5, atol=1e-4)
+    short = play_episodes(module, env, 5, torch.device("cpu"), 3, deterministic=True, max_steps=12)
+    with torch.compiler.set_stance("fail_on_recompile"):
+        cut = compiled.run(3, max_steps=12)
+    assert torch.equal(cut.finished, short.finished)  # the same episodes cut by max_steps
+    assert not bool(cut.finished.all())
 
 
 def test_evaluation_callback_plays_compiled_in_a_fit(tmp_path):
