@@ -120,7 +120,7 @@ def test_bad_settings_fail_at_construction(kwargs: dict[str, Any], message: str)
     [
         (["heuristic"], "opponents lists 'heuristic' but HighCard has no bundled heuristic"),
         (["league"], "opponents lists 'league' but the run has no league; set data.league"),
-        (["tests.game_match_toys:NoSuchBot"], "cannot import it (AttributeError"),
+        (["tests.game_match_toys:NoSuchBot"], "opponent='tests.game_match_toys:NoSuchBot' does not import"),
         (["random", "random"], "name the player(s) ['random'] more than once"),
     ],
 )
@@ -146,11 +146,19 @@ def test_validate_and_test_without_the_callback_play_a_default_panel() -> None:
 
 def test_heuristic_names_the_games_bundled_bot() -> None:
     pytest.importorskip("pyspiel")
+    pytest.importorskip("pettingzoo")
     from rl_lightning.envs.games import OpenSpielEnv
     from rl_lightning.envs.games.bots import ConnectFourHeuristic, HeartsHeuristic
+    from rl_lightning.envs.games.pettingzoo import PettingZooEnv
     from rl_lightning.games.panel import resolve_panel
 
-    for game, bot in (("open_spiel:hearts", HeartsHeuristic), ("open_spiel:connect_four", ConnectFourHeuristic)):
-        panel = resolve_panel(["random", "heuristic"], OpenSpielEnv(game), None, None, torch.device("cpu"))
+    for env, bot in ((OpenSpielEnv("open_spiel:hearts"), HeartsHeuristic),
+                     (OpenSpielEnv("open_spiel:connect_four"), ConnectFourHeuristic),
+                     (PettingZooEnv("classic/connect_four-v3"), ConnectFourHeuristic)):  # fmt: skip
+        panel = resolve_panel(["random", "heuristic"], env, None, None, torch.device("cpu"))
         assert [p.name for p in panel] == ["random", "heuristic"]
-        assert isinstance(panel[1].bot, bot)
+        assert isinstance(panel[1].bot, bot), env.spec.name
+    # Through PettingZoo the heuristic beats random as a game player judges it: a win rate, its interval, a test.
+    metrics = match_metrics(play_match(env, panel[1].bot, panel[0].bot, 20, seed=0))
+    assert metrics["win_rate_low"] > 0.5
+    assert metrics["p_value_win_rate"] < 0.01

@@ -202,5 +202,5 @@ def play_match(
         baseline=base,
         duplicate=duplicate,
         lower_is_better=bool(getattr(env, "score_lower_is_better", False)),
-        score_name=str(getattr(env, "score_name", "score")),
+        score_name=str(getattr(env, "score_name", "return")),
     )

@@ -3,13 +3,12 @@
 
 An opponent entry is ``random`` (uniform over legal actions), ``heuristic`` (the game's bundled heuristic bot:
 ``HEURISTICS``), ``league`` (every snapshot in the run's league, each its own player ``league_v<policy version>``),
-a checkpoint file (``*.ckpt``, any rl_lightning algorithm, frozen; named by its file stem) or a bot class or
-callable path (``pkg.mod.Class`` / ``pkg.mod:Class``; a class is built without arguments; named by its last part).
+a checkpoint file (``*.ckpt``, any rl_lightning algorithm, frozen; named by its file stem) or a bot class path
+(``pkg.mod.Class`` / ``pkg.mod:Class``, built without arguments; named by the class name).
 """
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,11 +28,17 @@ from rl_lightning.games.summary import pairwise_counts
 RANDOM, HEURISTIC, LEAGUE = "random", "heuristic", "league"
 #: The name of the policy under test in the rating table.
 POLICY = "policy"
-#: The bundled heuristic bot of each game (by ``EnvSpec.name``), which ``heuristic`` names.
+#: The bundled heuristic bot of each game, which ``heuristic`` names; keyed by the game's bare name (``game_key``).
 HEURISTICS = {
-    "open_spiel:hearts": "rl_lightning.envs.games.bots:HeartsHeuristic",
-    "open_spiel:connect_four": "rl_lightning.envs.games.bots:ConnectFourHeuristic",
+    "hearts": "rl_lightning.envs.games.bots.HeartsHeuristic",
+    "connect_four": "rl_lightning.envs.games.bots.ConnectFourHeuristic",
 }
+
+
+def game_key(name: str) -> str:
+    """A game's bare name from its ``EnvSpec.name``: ``open_spiel:hearts`` -> ``hearts``,
+    ``classic/connect_four-v3`` or ``pettingzoo.classic.connect_four_v3`` -> ``connect_four``."""
+    return re.sub(r"[-_]v\d+$", "", re.split(r"[:/.]", name)[-1])
 
 
 @dataclass
@@ -63,20 +68,13 @@ def check_opponents(opponents: Sequence[str], owner: str) -> list[str]:
 
 def default_opponents(env: TorchEnv) -> list[str]:
     """``random``, and ``heuristic`` where the game has a bundled one."""
-    return [RANDOM, HEURISTIC] if env.spec.name in HEURISTICS else [RANDOM]
+    return [RANDOM, HEURISTIC] if game_key(env.spec.name) in HEURISTICS else [RANDOM]
 
 
 def _import_bot(path: str, owner: str) -> Bot:
-    module_name, _, attr = path.rpartition(":") if ":" in path else path.rpartition(".")
-    try:
-        target = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as err:
-        raise ConfigError(f"{owner}: opponent {path!r}: cannot import it ({type(err).__name__}: {err}); give an "
-                          "importable bot class or callable, e.g. rl_lightning.envs.games.bots:RandomBot") from None
-    bot = target() if isinstance(target, type) else target
-    if not callable(bot):
-        raise ConfigError(f"{owner}: opponent {path!r} is not callable; a bot is bot(obs, action_mask, seat, gen)")
-    return bot
+    from rl_lightning.envs.games.bots import load_bot
+
+    return load_bot(path, f"{owner}: opponent")  # type: ignore[return-value]
 
 
 def _load_module(path: str, device: torch.device) -> Any:
@@ -99,12 +97,12 @@ def resolve_panel(
     players: list[Player] = []
     for spec in opponents:
         if spec == RANDOM:
-            players.append(Player(RANDOM, _import_bot("rl_lightning.envs.games.bots:RandomBot", owner)))
+            players.append(Player(RANDOM, _import_bot("rl_lightning.envs.games.bots.RandomBot", owner)))
         elif spec == HEURISTIC:
-            if env.spec.name not in HEURISTICS:
+            if game_key(env.spec.name) not in HEURISTICS:
                 raise ConfigError(f"{owner}: opponents lists 'heuristic' but {env.spec.name} has no bundled "
                                   f"heuristic (games with one: {sorted(HEURISTICS)}); name a bot class instead")
-            players.append(Player(HEURISTIC, _import_bot(HEURISTICS[env.spec.name], owner)))
+            players.append(Player(HEURISTIC, _import_bot(HEURISTICS[game_key(env.spec.name)], owner)))
         elif spec == LEAGUE:
             if league is None:
                 raise ConfigError(f"{owner}: opponents lists 'league' but the run has no league; set data.league "
