@@ -111,6 +111,10 @@ class TurnBasedGameEnv(TorchEnv):
     #: Whether step outputs carry ``final_obs`` (the env can truncate a game).
     emits_final_obs: bool = False
     obs_numpy_dtype: np.dtype = np.dtype(np.float32)
+    #: What ``game_score`` holds (``"return"``: the sum of a seat's rewards over the game; Hearts: ``"points"``) and
+    #: whether a lower score is better; evaluation reads these to report results as the game's players count them.
+    score_name: str = "return"
+    score_lower_is_better: bool = False
 
     def __init__(self) -> None:
         self._rows: dict[int, GameRow] = {}
