@@ -10,8 +10,9 @@ draw / loss over ``--c4-games`` games, seats alternated), both through ``OpenSpi
 
 throughput: OpenSpiel Hearts with ``--games`` games in parallel and uniformly random legal actions, decisions per
 second through ``OpenSpielEnv`` (``BatchedEnv.step``; actions drawn in torch from the mask) against a bare
-``pyspiel`` loop over the same number of states (``random.choice(state.legal_actions())``, chance from
-``random.random``), in interleaved rounds of ``--seconds`` each; the ratio is per round, its median printed.
+``pyspiel`` loop over the same number of states (``random.choice(state.legal_actions())``, chance drawn from
+``random.random`` by the env's own ``sample_chance``), in interleaved rounds of ``--seconds`` each; the ratio is
+per round, its median printed.
 
 panel: the evaluation match driver (``rl_lightning.games``) on Hearts with duplicate deals and seats rotated:
 HeartsHeuristic against three random seats, and a random seat against three heuristics, over ``--hands`` hands
@@ -38,6 +39,7 @@ from rl_lightning import keys  # noqa: E402
 from rl_lightning.envs.base import BatchedEnv  # noqa: E402
 from rl_lightning.envs.games import GAME_SCORE, OpenSpielEnv  # noqa: E402
 from rl_lightning.envs.games.bots import ConnectFourHeuristic, HeartsHeuristic, RandomBot  # noqa: E402
+from rl_lightning.envs.games.open_spiel import sample_chance  # noqa: E402
 
 
 def play(env: BatchedEnv, bots: list[Any], games: int, generator: torch.Generator) -> torch.Tensor:
@@ -93,14 +95,9 @@ def run_bots(hands: int, c4_games: int, num_envs: int, seed: int) -> None:
 def _bare_rate(game: Any, num_games: int, seconds: float, rng: random.Random) -> float:
     """Decisions per second of a plain pyspiel loop over ``num_games`` states with uniformly random actions."""
 
-    def settle(state: Any) -> None:
+    def settle(state: Any) -> None:  # chance drawn as OpenSpielEnv draws it
         while state.is_chance_node():
-            u, total = rng.random(), 0.0
-            for outcome, prob in state.chance_outcomes():
-                total += prob
-                if u < total:
-                    break
-            state.apply_action(outcome)
+            state.apply_action(sample_chance(state.chance_outcomes(), rng.random()))
 
     states = [game.new_initial_state() for _ in range(num_games)]
     for state in states:
