@@ -26,6 +26,7 @@ from rl_lightning.algos import PPO, SPO, DreamerV3, RLModule
 from rl_lightning.algos.dreamer.player import DreamerPlayer
 from rl_lightning.algos.policy_io import action_space_from_spec, check_action_space, env_actions, obs_batch
 from rl_lightning.envs.base import BatchedEnv
+from rl_lightning.envs.gymnasium.backend import no_snapshot
 from rl_lightning.errors import ConfigError
 from rl_lightning.lineage import REVISION_KEY, read_checkpoint
 
@@ -198,12 +199,11 @@ class Policy:
         if not isinstance(self.module, SPO):
             name = type(self.module).__name__
             raise ConfigError(f"policy.search is SPO's; this is a {name} policy: act with policy(obs)")
-        if not env.env.can_snapshot or env.state is None:
-            raise ConfigError(
-                f"policy.search needs a reset BatchedEnv over an env that can snapshot; {type(env.env).__name__} "
-                f"{'cannot' if not env.env.can_snapshot else 'has not been reset'}: use GymnasiumEnv or a torch env "
-                "and call env.reset() first"
-            )
+        if not env.env.can_snapshot:
+            raise ConfigError(f"policy.search steps snapshots of the env, and {no_snapshot(env.env)}")
+        if env.state is None:
+            name = type(env.env).__name__
+            raise ConfigError(f"policy.search needs a reset BatchedEnv; call env.reset() on this {name} first")
         det = self.deterministic if deterministic is None else deterministic
         obs = env.env.observe(env.state)
         act = self.module.acting_policy(env, det, training=False)

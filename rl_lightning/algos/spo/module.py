@@ -17,7 +17,7 @@ from rl_lightning.algos.spo.compiled_search import CompiledSearch, check_compila
 from rl_lightning.algos.spo.prior import ActorCriticPrior, gaussian_head
 from rl_lightning.algos.spo.search import SearchConfig, smc_search
 from rl_lightning.envs.base import BatchedEnv, EnvSpec, require_action_kind
-from rl_lightning.envs.gymnasium.backend import SNAPSHOT_BACKENDS
+from rl_lightning.envs.gymnasium.backend import no_snapshot
 from rl_lightning.errors import ConfigError, check_fields
 from rl_lightning.networks import distributions as D
 from rl_lightning.networks.encoders import ObsEncoder
@@ -267,10 +267,7 @@ class SPO(RLModule):
         if self.hparams.compile_search:
             check_compilable(env)
         if not env.can_snapshot:
-            raise ConfigError(
-                f"data.env={type(env).__name__}: SPO searches on env snapshots and this backend has none; use a "
-                f"backend that can snapshot: {SNAPSHOT_BACKENDS}"
-            )
+            raise ConfigError(f"data.env: SPO searches on env snapshots, and {no_snapshot(env)}")
 
     def configure_callbacks(self) -> list[Any]:
         from rl_lightning.callbacks.soft_target_update import SoftTargetUpdate

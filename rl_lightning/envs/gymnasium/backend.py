@@ -26,7 +26,16 @@ from rl_lightning.errors import ConfigError, EnvError
 #: The key of a vector backend's ``state``: each row's index into the live batch.
 ENV_INDEX = "env_index"
 #: Where SPO-style search can run: the backends whose ``can_snapshot`` is True.
-SNAPSHOT_BACKENDS = "rl_lightning.envs.GymnasiumEnv (in-process) or a torch-native env (CartPole, Pendulum, ...)"
+SNAPSHOT_BACKENDS = (
+    "rl_lightning.envs.GymnasiumEnv (in-process) over a plain-Python, MuJoCo or ALE env, or a torch-native env "
+    "(CartPole, Pendulum, ...)"
+)
+
+
+def no_snapshot(env: TorchEnv) -> str:
+    """Why ``env`` (``can_snapshot`` False) cannot snapshot and what can: the end of every one-line refusal."""
+    reason = getattr(env, "snapshot_refusal", None)  # a backend that snapshots some envs says why not this one
+    return reason or f"{type(env).__name__} cannot snapshot env states; use a backend that can: {SNAPSHOT_BACKENDS}"
 
 
 def draw_seeds(num: int, generator: torch.Generator) -> list[int]:
@@ -88,8 +97,12 @@ class GymnasiumBackend(TorchEnv):
             self.spec = env_spec(self.factory.name, probe.observation_space, probe.action_space, time_limit(probe))
             self._action_space = probe.action_space
             self._obs_space = probe.observation_space
+            self._read_probe(probe)
         finally:
             probe.close()
+
+    def _read_probe(self, probe: Any) -> None:
+        """What a subclass learns from the probe env besides the spec (``GymnasiumEnv``: how to copy its state)."""
 
     #: ``step_state``'s autoreset: False = same-step (the env contract), True = next-step (``next_step_autoreset``).
     next_step: bool = False

@@ -1,10 +1,13 @@
 """The in-process Gymnasium backend: the only one that can snapshot, via a registry of env copies.
 
 The ``state`` of this env is a TensorDict with one key, ``snapshot``: int64 ids into a registry of live
-Gymnasium env instances owned by the adapter. Stepping with ``inplace=False`` deep-copies each env (its
-``np_random`` included) into a new id before stepping, so the input state stays valid and stepping the
-same snapshot twice with the same action gives identical outputs. ``inplace=True`` steps the registered
-envs themselves (the collector's fast path).
+Gymnasium env instances owned by the adapter. Stepping with ``inplace=False`` copies each env's real state
+(simulator, RNGs and every wrapper's own state; ``snapshot.py``) into a new id before stepping, so the input
+state stays valid and stepping the same snapshot twice with the same action gives identical outputs.
+``inplace=True`` steps the registered envs themselves (the collector's fast path). Plain-Python envs are
+deep-copied; MuJoCo and ALE envs are copied through the simulator's state API into an env object released
+earlier (a pool), so a snapshot costs about one env step. An EzPickle env of another kind (Box2D, a user's)
+cannot be copied: ``can_snapshot`` is False for it and search refuses it in one line.
 
 Every id a caller obtains (``reset_state``, ``step_state(inplace=False)``, ``snapshot``) must be freed
 with ``release``; ``live_count`` makes leaks observable and ``close`` frees everything.
@@ -12,7 +15,6 @@ with ``release``; ``live_count`` makes leaks observable and ``close`` frees ever
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import gymnasium
@@ -23,9 +25,10 @@ from tensordict import TensorDict
 from rl_lightning import keys
 from rl_lightning.envs.gymnasium.backend import GymnasiumBackend, draw_seeds, step_output
 from rl_lightning.envs.gymnasium.render import RgbArrayRendering
+from rl_lightning.envs.gymnasium.snapshot import EnvCopier, copier_class
 from rl_lightning.envs.gymnasium.spaces import gym_actions, obs_tensor, stack_obs
 from rl_lightning.envs.gymnasium.wrappers import ClassConfig
-from rl_lightning.errors import EnvError
+from rl_lightning.errors import ConfigError, EnvError
 
 SNAPSHOT = "snapshot"
 
@@ -67,9 +70,22 @@ class GymnasiumEnv(RgbArrayRendering, GymnasiumBackend):
         self._next_id = 0
         self._ended: set[int] = set()  # next-step mode: ids whose last step ended (reset on their next step)
 
+    def _read_probe(self, probe: gymnasium.Env) -> None:
+        """Choose how to copy envs like ``probe``; none (an uncopyable EzPickle env) turns snapshots off."""
+        kind = copier_class(probe)
+        self._copier: EnvCopier | None = None if kind is None else kind(self.factory)
+        self.can_snapshot = kind is not None
+        self.snapshot_refusal = None if kind else (
+            f"GymnasiumEnv({self.factory.name!r}) cannot copy its env's state: {type(probe.unwrapped).__name__} is an "
+            "EzPickle env, whose copies restart from its constructor arguments; GymnasiumEnv snapshots plain-Python "
+            "envs, Gymnasium's MuJoCo envs and ALE Atari envs"
+        )  # fmt: skip
+
     @property
     def live_count(self) -> int:
-        """Number of env instances currently held in the registry (0 after ``close``)."""
+        """Number of env instances held by callers (ids not yet released; 0 after ``close``).
+
+        Released copies kept for reuse are not counted."""
         return len(self._envs)
 
     def _register(self, env: gymnasium.Env, obs: np.ndarray) -> int:
@@ -99,7 +115,7 @@ class GymnasiumEnv(RgbArrayRendering, GymnasiumBackend):
         """Make ``num`` new env instances, each seeded from ``generator``, and register them."""
         ids: list[int] = []
         for index, seed in enumerate(draw_seeds(num, generator)):
-            env = self.factory()
+            env = self.factory() if self._copier is None else self._copier.new()
             try:
                 obs, _ = env.reset(seed=int(seed))
             except Exception as err:
@@ -123,7 +139,12 @@ class GymnasiumEnv(RgbArrayRendering, GymnasiumBackend):
         return state[SNAPSHOT].tolist()
 
     def _copy(self, sid: int) -> int:
-        return self._register(copy.deepcopy(self._env(sid)), self._current_obs(sid))
+        if self._copier is None:
+            raise ConfigError(f"{self.snapshot_refusal}; this needs a copy (search, or stepping a snapshot)")
+        new = self._register(self._copier.copy(self._env(sid)), self._current_obs(sid))
+        if sid in self._ended:  # next-step mode: the copy is due for its reset too
+            self._ended.add(new)
+        return new
 
     def snapshot(self, state: TensorDict) -> TensorDict:
         """Clone the envs behind ``state`` into new ids (e.g. a search root); release the result when done."""
@@ -187,12 +208,20 @@ class GymnasiumEnv(RgbArrayRendering, GymnasiumBackend):
             self._obs.pop(sid, None)
             self._ended.discard(sid)
             if env is not None:
-                env.close()
+                self._recycle(env)
+
+    def _recycle(self, env: gymnasium.Env) -> None:
+        if self._copier is None:
+            env.close()
+        else:
+            self._copier.recycle(env)
 
     def close(self) -> None:
-        """Release and close every env in the registry."""
+        """Release and close every env in the registry, and the released ones kept for reuse."""
         for env in self._envs.values():
             env.close()
         self._envs.clear()
         self._obs.clear()
         self._ended.clear()
+        if self._copier is not None:
+            self._copier.close()
