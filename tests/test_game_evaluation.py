@@ -90,6 +90,14 @@ def test_cli_test_plays_the_same_panel_from_a_checkpoint(tmp_path: Path) -> None
                                       10, seed=12_345))  # fmt: skip
     for key in ("win_rate", "draw_rate", "return_per_game", "p_value"):
         assert logged[f"test/vs_MinBot/{key}"] == pytest.approx(replay[key], rel=1e-6), key
+    # The checkpoint as an opponent (``opponents: [path/to.ckpt]``): named by its file stem, the same greedy player.
+    from rl_lightning.games.panel import resolve_panel
+
+    (opponent,) = resolve_panel([str(ckpt)], HighCard(seats=2), None, True, torch.device("cpu"))
+    assert opponent.name == "last"
+    itself = match_metrics(play_match(HighCard(seats=2, seat_bonus=0.0), PolicyBot(module, True), opponent.bot, 10))
+    assert itself["return_per_game"] == itself["baseline_return_per_game"]
+    assert itself["p_value"] == 1.0
 
 
 def test_cli_refuses_games_that_cannot_rotate_seats_before_training(tmp_path: Path) -> None:
