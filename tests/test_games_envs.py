@@ -206,3 +206,18 @@ def test_simultaneous_game_loads_turn_based_as_suggested() -> None:
     env = OpenSpielEnv("open_spiel:turn_based_simultaneous_game(game=goofspiel())")
     assert env.spec.num_seats == 2
     assert pyspiel.load_game("goofspiel").num_distinct_actions() == env.spec.num_actions
+
+
+def test_an_envspec_saved_before_the_seat_fields_loads_with_single_seat_defaults(tmp_path) -> None:
+    """Checkpoints store the EnvSpec; one pickled before num_seats/perfect_information existed must still load."""
+    from rl_lightning.envs.base import EnvSpec
+
+    spec = EnvSpec("CartPole", (4,), True, 2)
+    old = EnvSpec.__new__(EnvSpec)
+    state = {k: v for k, v in vars(spec).items() if k not in ("num_seats", "perfect_information")}
+    object.__setattr__(old, "__dict__", state)  # what an older version pickled
+    torch.save({"spec": old}, tmp_path / "old.pt")
+    loaded = torch.load(tmp_path / "old.pt", weights_only=True)["spec"]
+    assert "num_seats" not in vars(loaded)
+    assert loaded.num_seats == 1
+    assert loaded.perfect_information is True
