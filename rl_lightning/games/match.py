@@ -37,6 +37,8 @@ GAME_SCORE = "game_score"
 class PolicyBot:
     """A policy module (PPO, SPO's prior, ...) as a bot: its ``act`` on the acting seats' observations and masks.
 
+    SPO plays with its prior alone here: its search needs the engine state, which the bot protocol does not carry.
+
     Args:
         module: an ``RLModule`` (anything with ``act(td, generator, deterministic)`` and ``device``); the caller
             puts it in eval mode for a match.
@@ -181,8 +183,10 @@ def play_match(
     ``baseline=False`` skips it (the baseline then holds NaN).
     """
     seats = env.spec.num_seats
-    # Deal streams: one shared stream when duplicate, else one per rotation and per baseline rotation.
-    deal_of = (lambda kind, r: seed) if duplicate else (lambda kind, r: seed + 1 + r + kind * seats)  # noqa: E731
+
+    def deal_of(kind: int, r: int) -> int:
+        """The deal stream: one shared stream when duplicate, else one per rotation (kind 0) and baseline (1)."""
+        return seed if duplicate else seed + 1 + r + kind * seats
 
     def lineup(r: int) -> list[Bot]:
         return [tested if s == r else opponent for s in range(seats)]
