@@ -221,3 +221,11 @@ def test_an_envspec_saved_before_the_seat_fields_loads_with_single_seat_defaults
     assert "num_seats" not in vars(loaded)
     assert loaded.num_seats == 1
     assert loaded.perfect_information is True
+
+
+def test_check_mode_names_an_illegal_card() -> None:
+    env = BatchedEnv(OpenSpielEnv("open_spiel:hearts", {"pass_cards": False}), 2, seed=0, check=True)
+    out = env.reset()
+    illegal = (~out[keys.ACTION_MASK]).int().argmax(-1)
+    with pytest.raises(ValueError, match=r"open_spiel:hearts: action \d+ in env 0 is masked \(illegal\)"):
+        env.step(illegal)
