@@ -32,6 +32,7 @@ ENVS = {
     "Hopper-v5": {"env_id": "Hopper-v5", "env_kwargs": {"max_episode_steps": 40}},
     "ALE/Breakout-v5": {"env_id": "ALE/Breakout-v5", "env_kwargs": {"max_episode_steps": 25}},
     "Breakout-baselines": {"env_id": "Breakout", "env_kwargs": {"max_episode_steps": 120}, "atari_preset": "baselines"},
+    "Breakout-machado": {"env_id": "Breakout", "env_kwargs": {"max_episode_steps": 100}, "atari_preset": "machado"},
 }
 
 

@@ -45,6 +45,8 @@ class StickyAle:
         self._sync()
 
     def __getattr__(self, name: str) -> Any:
+        if name == "ale":  # not set yet (an object being unpickled or copied): no recursion
+            raise AttributeError(name)
         return getattr(self.ale, name)
 
     def _sync(self) -> None:
