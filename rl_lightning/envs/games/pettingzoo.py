@@ -144,11 +144,21 @@ def _observation_space(space: Any, agent: str, env_id: str) -> tuple[Any, bool]:
     return space, masked
 
 
+def innermost(env: Any) -> Any:
+    """The AEC env under every PettingZoo wrapper (``unwrapped`` of ``parallel_to_aec`` is the Parallel env)."""
+    from pettingzoo.utils import BaseWrapper
+
+    while isinstance(env, BaseWrapper):
+        env = env.env
+    return env
+
+
 class _Row(GameRow):
-    __slots__ = ("env", "rng", "score")
+    __slots__ = ("env", "raw", "rng", "score")
 
     def __init__(self, env: Any, rng: random.Random, seats: int) -> None:
-        self.env = env
+        self.env = env  # stepped, reset and observed through its wrappers
+        self.raw = innermost(env)  # read directly: wrappers forward these attributes, each through __getattr__
         self.rng = rng
         self.score = np.zeros(seats, dtype=np.float32)
         self.steps = 0
@@ -229,7 +239,7 @@ class PettingZooEnv(TurnBasedGameEnv):
 
     def _credit(self, row: _Row, reward: np.ndarray | None) -> None:
         """Add every agent's reward of the last AEC step to its seat (and to the game's score)."""
-        for agent, value in row.env.rewards.items():
+        for agent, value in row.raw.rewards.items():
             if value:
                 seat = self._seat_of[agent]
                 row.score[seat] += value
@@ -238,14 +248,14 @@ class PettingZooEnv(TurnBasedGameEnv):
 
     def _skip_dead(self, row: _Row, reward: np.ndarray | None) -> bool:
         """Step selected dead agents with ``None`` until a live one acts or none is left; True if one was truncated."""
-        env, cut = row.env, False
-        while env.agents:
-            agent = env.agent_selection
-            terminated, truncated = env.terminations.get(agent, False), env.truncations.get(agent, False)
+        raw, cut = row.raw, False
+        while raw.agents:
+            agent = raw.agent_selection
+            terminated, truncated = raw.terminations.get(agent, False), raw.truncations.get(agent, False)
             if not (terminated or truncated):
                 break
             cut = cut or (truncated and not terminated)
-            env.step(None)
+            row.env.step(None)
             self._credit(row, reward)
         return cut
 
@@ -253,15 +263,14 @@ class PettingZooEnv(TurnBasedGameEnv):
         row.env.step(action)
         self._credit(row, reward)
         cut = self._skip_dead(row, reward)
-        if row.env.agents:
+        if row.raw.agents:
             return None
         return "truncated" if cut else "terminated"
 
     def _write_view(self, row: _Row, index: int, buffers: TickBuffers) -> None:
-        env = row.env
-        agent = env.agent_selection
+        agent = row.raw.agent_selection
         buffers.seat[index] = self._seat_of[agent]
-        obs = env.observe(agent)
+        obs = row.env.observe(agent)
         if self._masked:
             buffers.obs[index] = obs["observation"]
             buffers.mask[index] = obs["action_mask"]
