@@ -18,6 +18,11 @@ panel: the evaluation match driver (``rl_lightning.games``) on Hearts with dupli
 HeartsHeuristic against three random seats, and a random seat against three heuristics, over ``--hands`` hands
 each; points per hand with a 95% interval, the opponent's own points in the same seats and deals, the paired p.
     python benchmarks/games.py --sections panel --hands 2000
+
+selfplay_throughput: self-play collection (``SelfPlayCollector``, a PPO with ppo_hearts.yaml's network acting for
+all four seats) on Hearts with ``--games`` games against the bare pyspiel random loop, interleaved rounds.
+credit_cost: the per-seat credit's share of a PPO update on one Hearts rollout (``--games`` x 32 ticks).
+    python benchmarks/games.py --sections selfplay_throughput,credit_cost --games 64
 """
 
 from __future__ import annotations
@@ -163,9 +168,85 @@ def run_panel(hands: int, num_envs: int, seed: int) -> None:
               f" paired p = {m['p_value']:.2g} ({time.perf_counter() - start:.0f} s)")  # fmt: skip
 
 
+def _selfplay_parts(num_games: int, seed: int) -> tuple[Any, Any, Any]:
+    """A PPO with ``configs/ppo_hearts.yaml``'s network and update settings, its Hearts collector (all seats
+    ``self``), and the acting policy."""
+    from rl_lightning.algos import PPO
+    from rl_lightning.data.league import SeatPlayers
+    from rl_lightning.data.selfplay import SelfPlayCollector
+
+    torch.manual_seed(seed)
+    env = BatchedEnv(OpenSpielEnv("open_spiel:hearts"), num_games, seed=seed)
+    module = PPO(env_spec=env.spec, hidden_sizes=(256, 256), update_epochs=4, num_minibatches=4, ent_coef=0.01)
+    collector = SelfPlayCollector(env, SeatPlayers(["self"] * 4, None, env.device), seed=seed)
+    return module, collector, module.acting_policy(env.env, deterministic=False, training=True)
+
+
+def run_selfplay_throughput(num_games: int, seconds: float, rounds: int, seed: int) -> None:
+    """Self-play collection on Hearts (the PPO policy acting for all four seats, one batched forward per tick)
+    against the bare pyspiel random loop, decisions per second, interleaved rounds."""
+    from tensordict import TensorDict
+
+    from rl_lightning.data.league import random_actor
+
+    module, collector, policy = _selfplay_parts(num_games, seed)
+    game, rng = collector.env.env.game, random.Random(seed)
+
+    def uniform(obs: TensorDict, generator: torch.Generator) -> TensorDict:  # the collector without a network
+        return TensorDict({keys.ACTION: random_actor(obs, generator)}, batch_size=obs.batch_size)
+
+    def rate(acting: Any) -> float:
+        collector.reset_episodes()  # fresh games: the carried rows of one policy do not fit the other's rows
+        collector.rollout(acting, 1, module.policy_version)
+        decisions, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            collector.rollout(acting, 16, module.policy_version)
+            decisions += 16 * num_games
+        return decisions / (time.perf_counter() - start)
+
+    ratios, uniform_ratios = [], []
+    print(f"Hearts self-play collection, {num_games} games, 4 seats self (decisions/s):")
+    for index in range(rounds):
+        bare = _bare_rate(game, num_games, seconds, rng)
+        ours, plain = rate(policy), rate(uniform)
+        ratios.append(ours / bare)
+        uniform_ratios.append(plain / bare)
+        print(f"  round {index}: bare pyspiel {bare:,.0f}  SelfPlayCollector with PPO [256, 256] {ours:,.0f} "
+              f"(ratio {ours / bare:.2f}), with a uniform policy {plain:,.0f} (ratio {plain / bare:.2f})")  # fmt: skip
+    print(f"  median ratio self-play collection / bare random loop: {statistics.median(ratios):.2f} with the PPO "
+          f"policy, {statistics.median(uniform_ratios):.2f} with a uniform policy (target >= 0.5)")  # fmt: skip
+
+
+def run_credit_cost(num_games: int, num_steps: int, repeats: int, seed: int) -> None:
+    """The per-seat credit (``seat_credit`` + ``seat_gae``) against a whole PPO update on one Hearts rollout
+    (``process_rollout`` with its critic forward and the credit, then 4 epochs x 4 minibatches), median times."""
+    from rl_lightning.algos.ppo import TRAIN_KEY
+    from rl_lightning.objectives.seat_credit import seat_credit, seat_gae
+
+    module, collector, policy = _selfplay_parts(num_games, seed)
+    optimizer = torch.optim.Adam(module.parameters(), lr=3e-4, eps=1e-5)
+    collector.rollout(policy, num_steps, 0)  # a first rollout, so that the timed ones carry open decisions
+    credit_times, update_times = [], []
+    for _ in range(repeats):
+        batch = collector.rollout(policy, num_steps, module.policy_version)
+        start = time.perf_counter()
+        processed = module.process_rollout(batch.clone())
+        module.update(processed.reshape(-1)[processed.reshape(-1)[TRAIN_KEY]], optimizer)
+        update_times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        credit = seat_credit(processed[keys.SEAT], processed[keys.REWARD], processed[keys.TERMINATED],
+                             processed[keys.TRUNCATED], processed[keys.VALUE])  # fmt: skip
+        seat_gae(credit, processed[keys.VALUE], 1.0, 0.95)
+        credit_times.append(time.perf_counter() - start)
+    credit, update = statistics.median(credit_times), statistics.median(update_times)
+    print(f"Per-seat credit on a Hearts rollout of [{4 + num_steps}, {num_games}] rows: {credit * 1e3:.1f} ms; the "
+          f"whole update {update * 1e3:.0f} ms; share {credit / update:.1%} (target < 5%)")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", default="bots,throughput", help="comma list of bots,throughput,panel")
+    parser.add_argument("--sections", default="bots,throughput",
+                        help="comma list of bots,throughput,panel,selfplay_throughput,credit_cost")  # fmt: skip
     parser.add_argument("--hands", type=int, default=2000, help="Hearts hands per bots match")
     parser.add_argument("--c4-games", type=int, default=400, help="Connect Four games for the bots section")
     parser.add_argument("--num-envs", type=int, default=64, help="games in parallel in the bots section")
@@ -176,15 +257,20 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     sections = {s.strip() for s in args.sections.split(",") if s.strip()}
-    unknown = sections - {"bots", "throughput", "panel"}
+    known = {"bots", "throughput", "panel", "selfplay_throughput", "credit_cost"}
+    unknown = sections - known
     if unknown:
-        parser.error(f"--sections: unknown {sorted(unknown)}; choose from bots,throughput,panel")
+        parser.error(f"--sections: unknown {sorted(unknown)}; choose from {','.join(sorted(known))}")
     if "bots" in sections:
         run_bots(args.hands, args.c4_games, args.num_envs, args.seed)
     if "throughput" in sections:
         run_throughput(args.games, args.seconds, args.rounds, args.seed)
     if "panel" in sections:
         run_panel(args.hands, args.num_envs, args.seed)
+    if "selfplay_throughput" in sections:
+        run_selfplay_throughput(args.games, args.seconds, args.rounds, args.seed)
+    if "credit_cost" in sections:
+        run_credit_cost(args.games, 32, args.rounds, args.seed)
 
 
 if __name__ == "__main__":

@@ -130,3 +130,19 @@ def test_bad_seat_maps_fail_with_one_line_before_any_work():
         OnPolicyDataModule(CartPole(), seats={0: "self"})
     with pytest.raises(ConfigError, match="normalize_reward"):
         PPO(env_spec=env.spec, normalize_reward=True)
+
+
+def test_nan_observation_or_reward_is_caught_by_the_finite_watch(tmp_path):
+    from rl_lightning.data.selfplay import _finite_view
+    from rl_lightning.envs.base import BatchedEnv
+    from rl_lightning.errors import EnvError
+
+    env = BatchedEnv(TurnToy(3, max_episode_steps=9), 4)
+    for key, index in ((keys.OBS, (1, 2, 5)), (keys.REWARD, (0, 3, 1)), (keys.FINAL_OBS, (2, 1, 0, 4))):
+        out = env.reset()
+        ticks = torch.stack([env.step(torch.zeros(4, dtype=torch.int64)).update(out.exclude(keys.IS_FIRST))
+                             for _ in range(3)])  # fmt: skip
+        ticks[key][index] = float("nan")
+        env.watch(_finite_view(ticks))
+        with pytest.raises(EnvError, match=f"index {index[1]} of 4.*non-finite '{key}'"):
+            env.check_outputs()

@@ -72,9 +72,10 @@ class SelfPlayCollector(CollectorBase):
         if self._obs is None:
             self._obs = self.env.reset()
             self._player = self.players.assign(self.num_envs)
-        rows = []
-        opponents = self.players.acting()
-        for _ in range(num_steps):
+        seats, opponents = self.num_seats, self.players.acting()
+        storage: dict[str, Any] = {}
+        finished: list[tuple[torch.Tensor, ...]] = []
+        for t in range(num_steps):
             obs = self._obs
             acted = policy(obs, self.generator)
             player = self._player.gather(1, obs[keys.SEAT].unsqueeze(1)).squeeze(1)
@@ -84,39 +85,49 @@ class SelfPlayCollector(CollectorBase):
             out = self.env.step(action)
             row = {**dict(obs.items()), **dict(acted.items()), keys.ACTION: action, PLAYER: player}
             row.update({key: out[key] for key in _STEP_KEYS if key in out})
-            rows.append(row)
-            self._finish_games(out)
+            if not storage:  # carried rows first, then the ticks: written in place, no stacking copies
+                storage = {key: _empty_like_rows(value, seats + num_steps) for key, value in row.items()}
+            for key, value in row.items():
+                storage[key][seats + t] = value
+            finished.append(self._finish_games(out))
             next_obs = out.select(*obs.keys(include_nested=False), strict=False)
             next_obs[keys.IS_FIRST] = out[keys.IS_FIRST]
             self._obs = next_obs
-        ticks = TensorDict(
-            {key: torch.stack([row[key] for row in rows]) for key in rows[0]},
-            batch_size=[num_steps, self.num_envs],
-            device=self.env.device,
-        )
-        self.env.watch(ticks.exclude(PLAYER))
+        self._count_finished(finished)
+        batch = TensorDict(storage, batch_size=[seats + num_steps, self.num_envs], device=self.env.device)
+        self.env.watch(_finite_view(batch[seats:]))
         self.env.check_outputs()
-        ticks[keys.POLICY_VERSION] = torch.full(ticks.batch_size, policy_version, dtype=torch.int64,
+        batch[keys.POLICY_VERSION] = torch.full(batch.batch_size, policy_version, dtype=torch.int64,
                                                 device=self.env.device)  # fmt: skip
-        ticks[LEARNER] = ticks[PLAYER] == 0
-        ticks[CARRIED] = torch.zeros(ticks.batch_size, dtype=torch.bool, device=self.env.device)
-        batch = torch.cat([self._carried(ticks), ticks], 0)
+        batch[LEARNER] = batch[PLAYER] == 0
+        carried = torch.arange(seats + num_steps, device=self.env.device).unsqueeze(1) < seats
+        batch[CARRIED] = carried.expand(batch.batch_size).clone()
+        batch[:seats] = self._carried(batch[seats:])
         self._carry = self._open_rows(batch)
         self.last_collect_seconds = time.perf_counter() - start
         return batch
 
-    def _finish_games(self, out: TensorDict) -> None:
-        """Episode stats of the games that ended on this tick (learning seats only), then draw their next players."""
+    def _finish_games(self, out: TensorDict) -> tuple[torch.Tensor, ...]:
+        """The games that ended on this tick (their returns, lengths, scores, learning seats); draws their next
+        players."""
         done = out[keys.TERMINATED] | out[keys.TRUNCATED]
         self._episode_return += out[keys.REWARD]
         self._episode_length += 1
         learning = done.unsqueeze(-1) & (self._player == 0)
-        self.finished.update(self._episode_return, self._episode_length.unsqueeze(-1), learning)
-        if "game_score" in out:
-            self.scores.update(out["game_score"], self._episode_length.unsqueeze(-1), learning)
+        ended = (self._episode_return.clone(), self._episode_length.clone(), out.get("game_score", None), learning)
         self._episode_return.masked_fill_(done.unsqueeze(-1), 0.0)
         self._episode_length.masked_fill_(done, 0.0)
         self._player = torch.where(done.unsqueeze(-1), self.players.assign(self.num_envs), self._player)
+        return ended
+
+    def _count_finished(self, finished: list[tuple[torch.Tensor, ...]]) -> None:
+        """Fold a rollout's finished games into the episode stats (once per rollout: the metrics cost per call)."""
+        returns, lengths, scores, learning = zip(*finished)
+        learning = torch.stack(learning)
+        lengths = torch.stack(lengths).unsqueeze(-1)
+        self.finished.update(torch.stack(returns), lengths, learning)
+        if scores[0] is not None:
+            self.scores.update(torch.stack(scores), lengths, learning)
 
     def _carried(self, ticks: TensorDict) -> TensorDict:
         """The ``[S, B]`` carried rows: last rollout's open learning decisions (none yet: rows that never train)."""
@@ -221,3 +232,27 @@ def make_selfplay(spec: Any, seats: dict[Any, Any] | None, league: dict[str, Any
                 f"data.{name}={value!r} applies to multi-seat games, but {spec.name!r} has one seat; remove it"
             )
     return None
+
+
+def _empty_like_rows(value: Any, rows: int) -> Any:
+    """Uninitialised ``[rows, *value.shape]`` storage of ``value``'s dtype and device (a tensor or a TensorDict)."""
+    if isinstance(value, TensorDict):
+        return TensorDict({k: _empty_like_rows(v, rows) for k, v in value.items()}, [rows, *value.batch_size],
+                          device=value.device)  # fmt: skip
+    return torch.empty(rows, *value.shape, dtype=value.dtype, device=value.device)
+
+
+def _finite_view(ticks: TensorDict) -> TensorDict:
+    """What the NaN/inf watch reads: rewards, and float observations summed per row in their own dtype first.
+
+    A game observation is thousands of features (Hearts: 5,088); the watch's float64 sum over all of them cost a
+    third of a rollout. A float32 sum is NaN/inf when a term is, so the check is the same (a false alarm would need
+    a row summing past 3e38)."""
+    view = ticks.select(keys.REWARD, keys.FINAL_OBS, strict=False)
+    for key in (keys.OBS, keys.FINAL_OBS):
+        value = ticks.get(key, None)
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            view[key] = value.flatten(len(ticks.batch_size)).sum(-1, keepdim=True)
+        elif value is not None:
+            view[key] = value
+    return view
