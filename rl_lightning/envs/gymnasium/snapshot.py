@@ -5,8 +5,8 @@
 copy is a fresh env at its initial state with an unseeded RNG. For those the copier keeps a pool of released env
 objects and copies the state into one of them:
 
-* the simulator through its own API: MuJoCo ``mj_copyData`` (all of ``MjData``, derived quantities included, since
-  some envs read positions computed by the previous step), ALE ``cloneState(include_rng=True)``/``restoreState``
+* the simulator through its own API: MuJoCo ``mj_copyData`` (all of ``MjData``, derived quantities included: Humanoid's
+  reward reads body positions the previous step computed), ALE ``cloneState(include_rng=True)``/``restoreState``
   (emulator, frame counters, sticky-action RNG) plus the held sticky action (``snapshot_ale``); the ``MjModel`` is
   not copied: every env the factory builds has the same constants;
 * every layer's own Python attributes, walking the source and target wrapper stacks side by side (``TimeLimit``'s
