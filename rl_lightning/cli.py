@@ -17,6 +17,7 @@ from lightning.pytorch.callbacks import Callback, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from rl_lightning import stop
 from rl_lightning.algos.base import RLModule
 from rl_lightning.callbacks.progress import EnvStepProgressBar
 from rl_lightning.cli_args import check_yaml_syntax, join_negative_values
@@ -283,13 +284,15 @@ def cli_main(args: Sequence[str] | None = None, run: bool = True) -> RLLightning
 def main(args: Sequence[str] | None = None) -> None:
     """Console entry point: bad input, a failing env or a stop signal becomes one ``rl-lightning: error: ...`` line.
 
-    Exit codes: 2 for bad input or a failing env, 128 + the signal number after SIGTERM/SIGINT. The notes
-    ``FaultCheckpoint`` adds (which checkpoint it saved) are part of the line.
+    Exit codes: 2 for bad input or a failing env, 128 + the signal number after SIGTERM/SIGINT, which stop the
+    run at the next env step or gradient step (``rl_lightning.stop``). The notes ``FaultCheckpoint`` adds (which
+    checkpoint it saved) are part of the line.
     """
     try:
-        cli_main(args)
+        with stop.signals_request_stop():
+            cli_main(args)
         close_process_group()
-    except SIGTERMException as err:  # SIGTERM, or a Ctrl+C deferred to an update boundary by FaultCheckpoint
+    except SIGTERMException as err:  # SIGTERM or a first Ctrl+C: raised by ``stop.check()`` or at an update boundary
         signum = getattr(err, "signum", signal.SIGTERM)
         notes = "".join(f"; {note}" for note in getattr(err, "__notes__", []))
         print(f"rl-lightning: error: stopped by {signal.Signals(signum).name}{notes}", file=sys.stderr)

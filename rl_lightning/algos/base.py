@@ -11,7 +11,7 @@ import lightning.pytorch as pl
 import torch
 from tensordict import TensorDict
 
-from rl_lightning import keys
+from rl_lightning import keys, stop
 from rl_lightning.algos.policy_io import obs_batch
 from rl_lightning.env_step_log import finite_only, log_at_env_step, publish_to_callbacks, to_floats
 from rl_lightning.envs.base import BatchedEnv, EnvSpec
@@ -112,6 +112,7 @@ class RLModule(pl.LightningModule):
         """A ``_gradient_step`` per batch along the leading dim of ``batches`` (``[G, T, B]``); mean terms."""
         totals: TensorDict | None = None
         for index in range(batches.batch_size[0]):
+            stop.check()  # a stop request abandons the update; the checkpoint is the previous one's
             terms = self._gradient_step(batches[index], optimizer)
             totals = terms if totals is None else totals + terms
         if totals is None:

@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from rl_lightning import keys
+from rl_lightning import keys, stop
 from rl_lightning.algos.base import RLModule
 from rl_lightning.algos.optimizer_steps import OptimizerSteps
 from rl_lightning.envs.base import ACTION_KINDS, EnvSpec, require_action_kind
@@ -420,6 +420,7 @@ class PPO(RLModule):
             perm = torch.randperm(size, generator=self.generator).to(batch.device)
             shuffled = {key: value[perm] for key, value in columns.items()}
             for start in range(0, size, minibatch):
+                stop.check()  # a stop request abandons the update; the checkpoint is the previous one's
                 mb = {key: value[start : start + minibatch] for key, value in shuffled.items()}
                 terms = self._minibatch_step(mb, steps_runner, params, max_norm)
                 sums += terms

@@ -6,10 +6,8 @@ import contextlib
 import os
 import signal
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import lightning.pytorch as pl
@@ -18,25 +16,21 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
+from rl_lightning import stop
 from rl_lightning.algos.base import COUNTERS_KEY
+from rl_lightning.stop import Interrupted
 
-
-class Interrupted(SIGTERMException):
-    """Raised at an update boundary after a SIGINT (Ctrl+C), like Lightning's ``SIGTERMException`` for SIGTERM."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(128 + signum)
-        self.signum = signum
+__all__ = ["FaultCheckpoint", "Interrupted"]
 
 
 class FaultCheckpoint(Callback):
     """Writes a resumable ``last.ckpt`` when a fit ends by an exception or a signal, so no finished update is lost.
 
     When it fires:
-        * SIGTERM (what schedulers send before preemption): Lightning stops at the end of the running update and
-          raises ``SIGTERMException``; the live state is then consistent and is saved.
-        * SIGINT (Ctrl+C): the first press is deferred to the next update boundary the same way (a second press
-          aborts at once, falling back to the snapshot below).
+        * SIGTERM (what schedulers send before preemption) or a first Ctrl+C: the run stops within one env tick or
+          one gradient step, in any phase (``rl_lightning.stop``; a second Ctrl+C aborts at once). Stopped inside
+          an update (collecting, prefilling, taking gradient steps), it saves the snapshot below; stopped between
+          updates (in a callback, e.g. an evaluation), the live state, which is then consistent.
         * Any other exception (env, model, callback): the state may be half-way through a rollout or an update,
           so what is saved is the snapshot taken at the start of the update that failed, i.e. the state after the
           last completed update (weights, optimiser, counters, collector RNG and env state, replay pointers).
@@ -64,39 +58,40 @@ class FaultCheckpoint(Callback):
             raise ValueError(f"FaultCheckpoint: filename={filename!r} must be a bare name ending in '.ckpt'")
         self.filename = filename
         self._snapshot: dict[str, Any] | None = None
-        self._signal: int | None = None
-        self._previous_sigint: Any = None
+        self._signals = contextlib.ExitStack()
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if threading.current_thread() is threading.main_thread():
-            self._previous_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+        self._signals.enter_context(stop.signals_request_stop())  # a no-op under the CLI, which installed them
+        if trainer.received_sigterm:  # arrived during setup, before Lightning's own handler could act on it
+            stop.request(signal.SIGTERM)
 
     @override
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        if self._signal is not None:
-            raise Interrupted(self._signal)
+        stop.check()
         with _without_replay_storage(trainer.datamodule):
             checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
         self._snapshot = _clone_tensors(checkpoint)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._restore_sigint()
+        self._signals.close()
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        self._restore_sigint()
-        if trainer.state.fn != "fit" or self._snapshot is None:
+        self._signals.close()
+        if trainer.state.fn != "fit":
             return
-        checkpoint = self._snapshot
-        if isinstance(exception, SIGTERMException):  # raised between updates: the live state is consistent
+        checkpoint = self._snapshot or {}
+        if isinstance(exception, SIGTERMException) and not _inside_training_step(trainer):  # live state consistent
             with contextlib.suppress(Exception):
                 checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
         if self._snapshot is not None and _between_updates(trainer):  # e.g. the end-of-fit evaluation raised
             with contextlib.suppress(Exception):
                 checkpoint = trainer._checkpoint_connector.dump_checkpoint(weights_only=False)
         if not checkpoint.get(COUNTERS_KEY, {}).get("updates"):
+            if isinstance(exception, SIGTERMException):  # e.g. stopped during the random prefill
+                exception.add_note("no update had completed, so no checkpoint was saved")
             return  # no update completed: nothing to save, and nothing written earlier is touched
         note = self._write(trainer, checkpoint)
         if note is None:
@@ -128,17 +123,11 @@ class FaultCheckpoint(Callback):
                 return Path(callback.dirpath)
         return Path(trainer.log_dir or trainer.default_root_dir) / "checkpoints"
 
-    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
-        if self._signal is not None:  # second Ctrl+C: abort now
-            self._restore_sigint()
-            raise KeyboardInterrupt
-        self._signal = signum
-        print("rl-lightning: stopping after this update (Ctrl+C again to abort at once)", file=sys.stderr)
 
-    def _restore_sigint(self) -> None:
-        if self._previous_sigint is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, self._previous_sigint)
-        self._previous_sigint = None
+def _inside_training_step(trainer: pl.Trainer) -> bool:
+    """Whether the running ``training_step`` (collection, prefill, gradient steps) began and has not returned."""
+    progress = trainer.fit_loop.epoch_loop.batch_progress.current
+    return progress.started > progress.processed
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 from tensordict import TensorDict
 
-from rl_lightning import keys
+from rl_lightning import keys, stop
 from rl_lightning.data.collector_base import CollectorBase
 
 Policy = Callable[[TensorDict, torch.Generator], TensorDict]
@@ -41,6 +41,7 @@ class Collector(CollectorBase):
         rows = []
         done_flags, done_returns, done_lengths = [], [], []
         for _ in range(num_steps):
+            stop.check()  # a stop request ends the rollout here; the checkpoint is the last update's
             obs = self._obs
             acted = policy(obs, self.generator)
             out = self.env.step(acted[keys.ACTION])

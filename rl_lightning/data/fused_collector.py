@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rl_lightning import keys
+from rl_lightning import keys, stop
 from rl_lightning.data.collector_base import CollectorBase
 from rl_lightning.data.fused_step import (
     LENGTH_SUM,
@@ -90,6 +90,7 @@ class FusedCollector(CollectorBase):
         store = self._allocate(module, carry, act_noise[0], env_noise[0], num_steps)
         first_compile = self.compile and self.compile_seconds == 0.0
         for _ in range(num_steps):
+            stop.check()  # a stop request ends the rollout here; the checkpoint is the last update's
             step(carry, store, act_noise, env_noise)
             if first_compile:  # the first compiled call compiles; the rest of the rollout is timed with the rollout
                 self.compile_seconds = time.perf_counter() - start

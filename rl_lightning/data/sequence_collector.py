@@ -47,7 +47,7 @@ from collections.abc import Callable
 import torch
 from tensordict import TensorDict
 
-from rl_lightning import keys
+from rl_lightning import keys, stop
 from rl_lightning.data.collector_base import CollectorBase
 from rl_lightning.envs.base import BatchedEnv, TorchEnv
 from rl_lightning.errors import ConfigError
@@ -109,6 +109,7 @@ class SequenceCollector(CollectorBase):
     @torch.no_grad()
     def tick(self, policy: Policy, policy_version: int) -> TensorDict:
         """One tick: act on the current view, store it as a row, advance every env not showing a terminal row."""
+        stop.check()  # a stop request ends the window here; the checkpoint is the last update's
         if self._view is None:
             self._start()
         view, pending = self._view, self._pending
