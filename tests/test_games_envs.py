@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -11,7 +13,7 @@ import pyspiel  # noqa: E402
 
 from rl_lightning import keys  # noqa: E402
 from rl_lightning.envs.base import BatchedEnv  # noqa: E402
-from rl_lightning.envs.games import GAME_SCORE, OpenSpielEnv  # noqa: E402
+from rl_lightning.envs.games import GAME_SCORE, OpenSpielEnv, PettingZooEnv  # noqa: E402
 from rl_lightning.errors import ConfigError  # noqa: E402
 
 
@@ -229,3 +231,13 @@ def test_check_mode_names_an_illegal_card() -> None:
     illegal = (~out[keys.ACTION_MASK]).int().argmax(-1)
     with pytest.raises(ValueError, match=r"open_spiel:hearts: action \d+ in env 0 is masked \(illegal\)"):
         env.step(illegal)
+
+
+@pytest.mark.parametrize(("module", "make"), [
+    ("pyspiel", lambda: OpenSpielEnv("open_spiel:hearts")),
+    ("pettingzoo", lambda: PettingZooEnv("classic/tictactoe-v3")),
+])  # fmt: skip
+def test_without_the_games_extra_the_error_says_what_to_install(monkeypatch, module: str, make) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+    with pytest.raises(ConfigError, match=r"install the games extra: pip install -e '\.\[games\]'"):
+        make()
