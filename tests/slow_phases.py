@@ -7,6 +7,7 @@ time the exit and count the slow steps taken after the signal. Both are named fr
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -73,3 +74,19 @@ class SlowGradientSteps(Callback):
         if self.sleep_s > 0 and pl_module.updates >= self.after_updates:
             _count(self.marker)
             time.sleep(self.sleep_s)
+
+
+class SignalAfterUpdates(Callback):
+    """Sends this process ``signum`` at the end of update ``updates`` (for in-process stop tests).
+
+    Args:
+        signum: the signal number (``2`` SIGINT, ``15`` SIGTERM).
+        updates: the update after which to send it.
+    """
+
+    def __init__(self, signum: int = 2, updates: int = 1) -> None:
+        self.signum, self.updates = signum, updates
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if pl_module.updates == self.updates:
+            signal.raise_signal(self.signum)
