@@ -171,7 +171,11 @@ class EnvPoolEnv(VectorBackend):
 
     def _step_all(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         obs, reward, terminated, truncated, _ = self._pool.step(self._actions(actions))
-        if self.next_step:  # EnvPool's own autoreset is next-step: nothing to adapt (next_step_autoreset)
+        if self.next_step:  # EnvPool's own autoreset is next-step (next_step_autoreset)
+            if self.atari is not None and self.atari.stack > 1 and self._ended.any():
+                obs = obs.copy()  # a new life's stack restarts from its first frame too, as a new game's does
+                frames = obs.reshape(len(obs), self.atari.stack, -1, *obs.shape[2:])
+                frames[self._ended, :-1] = frames[self._ended, -1:]
             obs = self._observations(obs)
             return obs, obs, reward, terminated, truncated
         final_obs = obs
