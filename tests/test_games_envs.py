@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import sys
 
 import pytest
@@ -241,3 +242,17 @@ def test_without_the_games_extra_the_error_says_what_to_install(monkeypatch, mod
     monkeypatch.setitem(sys.modules, module, None)  # as if not installed
     with pytest.raises(ConfigError, match=r"install the games extra: pip install -e '\.\[games\]'"):
         make()
+
+
+def test_a_deep_copy_continues_identically() -> None:
+    env = BatchedEnv(OpenSpielEnv("open_spiel:hearts"), 2, seed=0)
+    out, generator = env.reset(), torch.Generator().manual_seed(0)
+    for _ in range(30):
+        out = env.step(random_actions(out, generator))
+    twin = copy.deepcopy(env)
+    for _ in range(50):
+        action = random_actions(out, generator)
+        out, twin_out = env.step(action), twin.step(action)
+        assert torch.equal(out[keys.OBS], twin_out[keys.OBS])
+        assert torch.equal(out[keys.REWARD], twin_out[keys.REWARD])
+    assert twin.env.live_count == 2

@@ -288,6 +288,14 @@ class OpenSpielEnv(TurnBasedGameEnv):
             self._observer.set_from(row.state, seat)
             final_obs[seat] = self._view
 
+    def __deepcopy__(self, memo: dict) -> OpenSpielEnv:
+        """A rebuilt env whose registry holds clones of this one's games under the same ids (pyspiel's observer
+        buffer cannot be copied, so the default deep copy fails)."""
+        twin = self.fresh()
+        twin._rows = {sid: self._copy_row(row) for sid, row in self._rows.items()}
+        twin._next_id = self._next_id
+        return twin
+
     def engine_state(self, state: Any, index: int) -> Any:
         """The ``pyspiel.State`` of row ``index`` of ``state`` (live, not a copy: for tests and bots' checks)."""
         return self._row(self._ids(state)[index]).state
