@@ -62,7 +62,8 @@ class Evaluation(Callback):
         num_episodes: episodes per evaluation (one per env row, run in parallel).
         deterministic: act with the policy's mode (``False``: sample, as in training); ``None`` takes the
             algorithm's evaluation default (PPO: the mode; SPO: a draw from the search target, as published).
-        env: the env core to evaluate on; ``None`` builds one like the datamodule's (same constructor arguments).
+        env: the env core to evaluate on, played as given (pass ``train_env.fresh()`` for its evaluation form);
+            ``None`` builds the datamodule env's evaluation form (``fresh()``: same constructor arguments).
         seed: seed of the evaluation env; every evaluation replays the same start states.
         max_steps: steps after which an episode is cut (counted in ``eval/episodes_cut``, left out of the means).
             The default 27,000 is an Atari game's 108,000 frames at frame skip 4, so whole games are never cut.
