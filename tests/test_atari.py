@@ -48,7 +48,9 @@ def play(env, steps: int, seed: int = 0, num: int = 2) -> dict[str, torch.Tensor
 
 
 def test_unknown_preset_is_one_line() -> None:
-    with pytest.raises(ConfigError, match=r"atari_preset='nature' is not an Atari preset; choose one of \['baselines'"):
+    with pytest.raises(
+        ConfigError, match=r"atari_preset='nature' is not an Atari preset; choose one of \['atari100k', 'baselines'"
+    ):
         named_preset("nature")
 
 

@@ -45,6 +45,7 @@ class Collector(CollectorBase):
             obs = self._obs
             acted = policy(obs, self.generator)
             out = self.env.step(acted[keys.ACTION])
+            self.count_games(out)
             row = {**dict(obs.items()), **dict(acted.items())}  # nested TensorDicts (Dict obs) stay whole
             for key in _STEP_KEYS:
                 row[key] = out[key]

@@ -7,7 +7,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rl_lightning.data.episode_stats import FinishedEpisodes
+from rl_lightning import keys
+from rl_lightning.data.episode_stats import FinishedEpisodes, FinishedGames
 from rl_lightning.envs.base import BatchedEnv
 
 
@@ -32,6 +33,8 @@ class CollectorBase:
         self._episode_return = torch.zeros(env.num_envs, device=device)
         self._episode_length = torch.zeros(env.num_envs, device=device)
         self.finished = FinishedEpisodes(device)
+        self.games = FinishedGames(device)
+        self._game_steps: list[tuple[torch.Tensor, torch.Tensor]] = []  # (game_score, game_over) not yet summed
         self.last_collect_seconds = 0.0
         self._forget_views()
 
@@ -40,10 +43,23 @@ class CollectorBase:
         return self.env.num_envs
 
     def episode_stats(self) -> dict[str, torch.Tensor]:
-        """Mean return/length of episodes finished since the last call (NaN if none), synced over ranks."""
+        """Mean return/length of episodes finished since the last call (NaN if none), synced over ranks; under an
+        Atari preset also ``game_score``, the mean raw score of the whole games finished since then."""
         stats = self.finished.compute()
         self.finished.reset()
+        if self._game_steps:  # Atari presets: the whole games' raw scores (``rollout/game_score``)
+            scores, over = zip(*self._game_steps, strict=True)
+            self._game_steps.clear()
+            self.games.update(torch.stack(scores), torch.stack(over))  # one metric update, not one per step
+            stats.update(self.games.compute())
+            self.games.reset()
         return stats
+
+    def count_games(self, out: TensorDict) -> None:
+        """Keep a step's finished Atari games (``keys.GAME_OVER``/``GAME_SCORE``, Atari presets only) for the
+        ``game_score`` stat; other envs output neither key. Every collector calls it on each env step's output."""
+        if keys.GAME_OVER in out:
+            self._game_steps.append((out[keys.GAME_SCORE], out[keys.GAME_OVER]))
 
     def state_dict(self) -> dict[str, Any]:
         """Generators, and for pure-tensor envs the live env state, views and open episodes."""

@@ -45,3 +45,28 @@ class FinishedEpisodes:
     def tensors(self) -> list[torch.Tensor]:
         """The state tensors ``update`` adds into, for cross-stream hand-offs (``StreamHandOff.keep_*``)."""
         return [state for metric in self._sums.values() for state in metric.metric_state.values()]
+
+
+class FinishedGames:
+    """Mean raw score of the Atari games that ended (``keys.GAME_OVER``), synced over ranks, without host syncs.
+
+    Under an Atari preset's training form an episode is one life with clipped rewards; a game's raw score over all
+    its lives (``keys.GAME_SCORE``) is what published curves plot (CleanRL logs it from below those wrappers).
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self._sums = {name: SumMetric(nan_strategy="disable").to(device) for name in ("score", "count")}
+
+    def update(self, scores: torch.Tensor, over: torch.Tensor) -> None:
+        """Add the games flagged in ``over`` (``scores`` is 0 elsewhere)."""
+        weight = over.float()
+        self._sums["score"].update((scores * weight).sum())
+        self._sums["count"].update(weight.sum())
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        """``game_score``: the mean since the last ``reset`` (NaN when no game ended)."""
+        return {"game_score": self._sums["score"].compute() / self._sums["count"].compute()}
+
+    def reset(self) -> None:
+        for metric in self._sums.values():
+            metric.reset()

@@ -29,8 +29,8 @@ class AleVectorEnv(HeldVectorEnv):
 
     Args:
         env_id: the game: ``Breakout``, or its id under the preset (``BreakoutNoFrameskip-v4`` for
-            ``baselines``, ``ALE/Breakout-v5`` for ``machado``).
-        atari_preset: ``"baselines"`` or ``"machado"`` (``rl_lightning.envs.gymnasium.atari``).
+            ``baselines``, ``ALE/Breakout-v5`` for ``machado`` and ``atari100k``).
+        atari_preset: ``"baselines"``, ``"machado"`` or ``"atari100k"`` (``rl_lightning.envs.gymnasium.atari``).
         atari_eval: the preset's evaluation form (whole games, raw scores); ``fresh`` (the eval env) sets it.
         num_threads: worker threads (0: ale-py's default).
     """
@@ -46,8 +46,14 @@ class AleVectorEnv(HeldVectorEnv):
         probe = self._make(1)
         try:
             self._action_space = probe.single_action_space
+            action_set = list(probe.ale.get_action_set())
         finally:
             probe.close()
+        from ale_py import Action  # after import_ale: its one-line error when ale-py is missing
+
+        # FIRE at each new life (baselines training), in place of the row's next action: see ``_count_games``
+        fire = self.atari.life_loss and self.atari.fire_reset and Action.FIRE in action_set
+        self._fire_action = action_set.index(Action.FIRE) if fire else None
         self._obs_space = gymnasium.spaces.Box(0, 255, self.atari.obs_shape, dtype=np.uint8)
         limit = self.atari.max_episode_frames // self.atari.frame_skip
         self.spec = env_spec(self._id, self._obs_space, self._action_space, limit)
@@ -56,13 +62,15 @@ class AleVectorEnv(HeldVectorEnv):
         self._venv: Any = None
         self._age: np.ndarray | None = None  # frames since each env's reset, capped at the stack size
         self._episode_frames: np.ndarray | None = None  # ALE's frame counter per env (falls at a real reset)
+        self._score: np.ndarray | None = None  # each env's raw score since its game started
+        self._fire_next: np.ndarray | None = None  # rows that lost a life last step: their next action is FIRE
 
     @property
     def env_id(self) -> str:
         return self._id
 
     def _unstarted(self) -> dict[str, Any]:
-        return {**super()._unstarted(), "_age": None, "_episode_frames": None}
+        return {**super()._unstarted(), "_age": None, "_episode_frames": None, "_score": None, "_fire_next": None}
 
     def _make(self, num: int) -> Any:
         from ale_py.vector_env import AtariVectorEnv
@@ -86,12 +94,15 @@ class AleVectorEnv(HeldVectorEnv):
         obs, info = self._venv.reset(seed=np.asarray(seeds, dtype=np.int64))
         self._age = np.ones(len(seeds), dtype=np.int64)
         self._episode_frames = np.asarray(info["episode_frame_number"])
+        self._score = np.zeros(len(seeds), dtype=np.float64)
+        self._fire_next = np.zeros(len(seeds), dtype=bool)
         return self._repeat_first_frame(self._channels_first(obs), self._age)
 
     def _step_all(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        obs, reward, terminated, truncated, info = self._venv.step(np.asarray(actions))
-        if self.next_step:
-            return self._next_step_rows(obs, reward, terminated, truncated)
+        actions = np.asarray(actions)
+        if self._fire_action is not None:
+            actions = np.where(self._fire_next, self._fire_action, actions)
+        obs, reward, terminated, truncated, info = self._venv.step(actions)
         done = np.logical_or(terminated, truncated)
         # A life loss (baselines training) is ``terminated`` but ale-py plays on: the returned frames are the
         # terminal ones and ``info["final_obs"]`` holds nothing for that row. Only a real reset restarts the
@@ -99,6 +110,9 @@ class AleVectorEnv(HeldVectorEnv):
         frames = np.asarray(info["episode_frame_number"])
         restarted = done & (frames < self._episode_frames)
         self._episode_frames = frames
+        reward = self._count_games(reward, terminated, truncated, restarted, np.asarray(info["lives"]))
+        if self.next_step:
+            return self._next_step_rows(obs, reward, terminated, truncated)
         ended_age = np.minimum(self._age + 1, self.atari.stack)
         self._age = np.where(done, 1, ended_age)  # a new stack after any episode end, as Gymnasium's reset refills it
         raw = self._channels_first(obs)
@@ -107,6 +121,25 @@ class AleVectorEnv(HeldVectorEnv):
             final = self._repeat_first_frame(self._channels_first(info["final_obs"]), ended_age)
             final_obs = np.where(restarted[:, None, None, None], final, final_obs)
         return self._repeat_first_frame(raw, self._age), final_obs, reward, terminated, truncated
+
+    def _count_games(
+        self, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray, restarted: np.ndarray, lives: Any
+    ) -> np.ndarray:
+        """Keep each game's raw score (``_games``) and the rows to FIRE next; returns the preset's reward.
+
+        ale-py's ``life_loss_info`` only reports a life loss, so the next life's FIRE (openai/baselines' FIRE at
+        every reset) replaces that row's next action: ale-py cannot step one row alone, and EnvPool's play-on
+        step after a life loss ignores the action the same way. Rewards are clipped here, not in C++, so the raw
+        score stays known.
+        """
+        # next-step mode resets nothing inside the step: a game over is then the frame limit or the last life
+        last_life = terminated & ((lives == 0) | (not self.atari.life_loss))
+        over = truncated | last_life if self.next_step else restarted
+        self._fire_next = terminated & ~over
+        self._score += reward
+        self._games = (self._score.copy(), over)
+        self._score[over] = 0.0
+        return np.sign(reward) if self.atari.clips else reward
 
     def _next_step_rows(
         self, obs: np.ndarray, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray

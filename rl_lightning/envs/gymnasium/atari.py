@@ -9,10 +9,19 @@ A preset fixes everything that makes Atari scores comparable; the env id only na
     action set; up to 30 no-op actions at reset; FIRE pressed at reset in games that have it; training: a life
     loss ends the episode (``terminated``) but the game goes on, rewards clipped to their sign; 84x84 grayscale,
     stack of the last 4 frames: ``(4, 84, 84)``; 108,000 frames (27,000 agent steps) per game at most.
-``machado`` (Machado et al. 2018, ALE v5, the protocol DreamerV3 uses):
+``machado`` (Machado et al. 2018, ALE v5):
     ALE ``ALE/{Game}-v5``; frame skip 4, max-pool of the last two frames; sticky actions 0.25; full 18-action
     set; no no-ops, no FIRE at reset; no life signal (episodes end at game over); rewards not clipped; 64x64
     RGB, no stack: ``(3, 64, 64)``; 108,000 frames per game at most.
+``atari100k`` (danijar/dreamerv3's ``atari100k`` settings, the DreamerV3 paper's Atari 100k):
+    as ``machado`` but no sticky actions, the minimal action set and up to 30 no-op actions at reset
+    (``sticky: False, actions: needed, noops: 30``; ``repeat: 4``, ``size: [64, 64]``, RGB, ``lives: unused``).
+
+A life loss under ``baselines`` (training) behaves the same on every backend: the step is ``terminated``, the game
+goes on, and the next life starts with FIRE pressed in games that have it (openai/baselines' ``EpisodicLifeEnv``
+under ``FireResetEnv``); only a game over or the frame limit starts a new game. Every backend also reports each
+finished game's raw score (all lives, unclipped) as the step outputs ``game_score`` / ``game_over``
+(``keys.GAME_SCORE``, ``keys.GAME_OVER``), which collectors log as ``rollout/game_score``.
 
 Evaluation always plays whole games for the raw score: the evaluation copy of an env (``TorchEnv.fresh``, which
 the Evaluation callback builds) turns off life-loss episodes and reward clipping; nothing else changes.
@@ -94,11 +103,12 @@ class AtariPreset:
 
     def ale_vector_kwargs(self) -> dict:
         """``ale_py.vector_env.AtariVectorEnv`` options; its ``episodic_life`` restarts the game after a life loss,
-        so the baselines life loss is its ``life_loss_info`` (terminated, the game goes on)."""
+        so the baselines life loss is its ``life_loss_info`` (terminated, the game goes on; ``AleVectorEnv`` presses
+        FIRE for the next life). Rewards come raw: the adapter keeps the game score and clips them itself."""
         return {"frameskip": self.frame_skip, "maxpool": True, "repeat_action_probability": self.sticky,
                 "full_action_space": self.full_action_space, "noop_max": self.noop_max,
                 "use_fire_reset": self.fire_reset, "episodic_life": False, "life_loss_info": self.life_loss,
-                "reward_clipping": self.clips, "img_height": self.size, "img_width": self.size,
+                "reward_clipping": False, "img_height": self.size, "img_width": self.size,
                 "grayscale": self.grayscale, "stack_num": self.stack,
                 "max_num_frames_per_episode": self.max_episode_frames}  # fmt: skip
 
@@ -110,6 +120,10 @@ PRESETS = {
     ),
     "machado": AtariPreset(
         "machado", v5=True, frame_skip=4, sticky=0.25, full_action_space=True, noop_max=0, fire_reset=False,
+        episodic_life=False, clip_reward=False, size=64, grayscale=False, stack=1,
+    ),
+    "atari100k": AtariPreset(
+        "atari100k", v5=True, frame_skip=4, sticky=0.0, full_action_space=False, noop_max=30, fire_reset=False,
         episodic_life=False, clip_reward=False, size=64, grayscale=False, stack=1,
     ),
 }  # fmt: skip

@@ -3,12 +3,13 @@
 Gymnasium's ``AtariPreprocessing`` does the no-ops, frame skip with max-pool, resize and grayscale; its own
 ``terminal_on_life_loss`` restarts the whole game after a life loss, which is not the baselines protocol, so life
 loss is ``EpisodicLife`` here (the game goes on, as EnvPool's ``episodic_life`` and ale-py's ``life_loss_info``).
-Order, innermost first, as openai/baselines: preprocessing, episodic life, FIRE at reset, reward sign, channels
-first, frame stack.
+Order, innermost first, as openai/baselines: preprocessing, the game's raw score, episodic life, FIRE at reset,
+reward sign, channels first, frame stack.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium
@@ -16,6 +17,34 @@ import numpy as np
 from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
 
 from rl_lightning.envs.gymnasium.atari import AtariPreset
+
+
+class GameScore(gymnasium.Wrapper):
+    """The raw score of the whole game (all lives, unclipped), in ``info["game_score"]`` / ``info["game_over"]``.
+
+    It sits below life-loss episodes and reward clipping (as CleanRL's ``RecordEpisodeStatistics``), so it sees
+    every frame of the game, the no-op and FIRE steps of the wrappers above included.
+    """
+
+    def __init__(self, env: gymnasium.Env) -> None:
+        super().__init__(env)
+        self.score = 0.0
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.score += float(reward)
+        info = {**info, "game_score": self.score, "game_over": terminated or truncated}
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        self.score = 0.0
+        return self.env.reset(**kwargs)
+
+
+def game_columns(infos: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """``(game_score, game_over)`` per row from the step infos of envs wrapped with ``GameScore``."""
+    score = np.asarray([info["game_score"] for info in infos], dtype=np.float32)
+    return score, np.asarray([info["game_over"] for info in infos], dtype=bool)
 
 
 class EpisodicLife(gymnasium.Wrapper):
@@ -87,6 +116,7 @@ def wrap_atari(env: gymnasium.Env, preset: AtariPreset) -> gymnasium.Env:
         env, noop_max=preset.noop_max, frame_skip=preset.frame_skip, screen_size=preset.size,
         terminal_on_life_loss=False, grayscale_obs=preset.grayscale,
     )  # fmt: skip
+    env = GameScore(env)
     if preset.life_loss:
         env = EpisodicLife(env)
     if preset.fire_reset and env.unwrapped.get_action_meanings()[1] == "FIRE":

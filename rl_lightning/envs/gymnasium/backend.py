@@ -44,16 +44,21 @@ def draw_seeds(num: int, generator: torch.Generator) -> list[int]:
 
 
 def step_output(
-    rows: tuple[Any, Any, np.ndarray, np.ndarray, np.ndarray], obs_space: Any, batch: torch.Size, device: Any
+    rows: tuple[Any, Any, np.ndarray, np.ndarray, np.ndarray],
+    obs_space: Any,
+    batch: torch.Size,
+    device: Any,
+    games: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> TensorDict:
     """The contract's step TensorDict from ``(obs, final_obs, reward, terminated, truncated)`` numpy batches.
 
     ``obs`` and ``final_obs`` are batches in ``obs_space``'s terms (arrays, or dicts of arrays for ``Dict``).
+    ``games`` (Atari presets): ``(game_score, game_over)`` per row, output as ``keys.GAME_SCORE``/``GAME_OVER``.
     """
     obs, final_obs, reward, terminated, truncated = rows
     terminated = torch.as_tensor(np.asarray(terminated, dtype=bool), device=device)
     truncated = torch.as_tensor(np.asarray(truncated, dtype=bool), device=device)
-    return TensorDict(
+    out = TensorDict(
         {
             keys.OBS: obs_tensor(obs, obs_space, device),
             keys.FINAL_OBS: obs_tensor(final_obs, obs_space, device),
@@ -64,6 +69,11 @@ def step_output(
         },
         batch_size=batch,
     )
+    if games is not None:
+        score, over = games
+        out[keys.GAME_OVER] = torch.as_tensor(np.asarray(over, dtype=bool), device=device)
+        out[keys.GAME_SCORE] = torch.as_tensor(np.where(over, score, 0.0).astype(np.float32), device=device)
+    return out
 
 
 class GymnasiumBackend(TorchEnv):
@@ -75,8 +85,8 @@ class GymnasiumBackend(TorchEnv):
         env_kwargs: extra keyword arguments for ``gymnasium.make`` (e.g. ``max_episode_steps``).
         env_class: instead of ``env_id``: a ``gymnasium.Env`` subclass and its ``init_args``.
         wrappers: wrapper classes with their ``init_args``, applied to each env in order (first = innermost).
-        atari_preset: ``"baselines"`` or ``"machado"`` (``rl_lightning.envs.gymnasium.atari``): ``env_id`` names
-            the game (``Breakout``) and the preset its ALE id, settings and processing.
+        atari_preset: ``"baselines"``, ``"machado"`` or ``"atari100k"`` (``rl_lightning.envs.gymnasium.atari``):
+            ``env_id`` names the game (``Breakout``) and the preset its ALE id, settings and processing.
         atari_eval: the preset's evaluation form (whole games, raw scores); ``fresh`` (the eval env) sets it.
     """
 
@@ -133,8 +143,8 @@ class GymnasiumBackend(TorchEnv):
         ``renders_rgb`` False, so asking them for a video fails in one line when it is drawn.
         """
         args, kwargs = self._init_args
-        if kwargs.get("atari_preset") is not None:
-            kwargs = {**kwargs, "atari_eval": True}
+        if self.atari is not None:  # the preset may be a class default (AleVectorEnv), not in the arguments
+            kwargs = {**kwargs, "atari_preset": self.atari.name, "atari_eval": True}
         return type(self)(*args, **kwargs)
 
 
@@ -143,6 +153,8 @@ class VectorBackend(GymnasiumBackend):
 
     can_snapshot = False
     state_is_tensors = False  # the envs live outside the state; a checkpoint restarts their episodes
+    #: ``(game_score, game_over)`` of the last ``_step_all`` under an Atari preset (``step_output``'s ``games``).
+    _games: tuple[np.ndarray, np.ndarray] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -189,7 +201,7 @@ class VectorBackend(GymnasiumBackend):
         except Exception as err:  # the vector env does not say which sub-env raised: name the batch
             raise EnvError(self.env_id, None, self._num or 0, f"raised {type(err).__name__} in step(): {err}") from err
         self._obs = rows[0]
-        out = step_output(rows, self._obs_space, state.batch_size, state.device)
+        out = step_output(rows, self._obs_space, state.batch_size, state.device, self._games)
         if self.next_step:  # the rows that ended last step were reset by this one
             out[keys.IS_FIRST] = torch.as_tensor(self._ended, device=state.device)
             self._ended = np.logical_or(rows[3], rows[4])

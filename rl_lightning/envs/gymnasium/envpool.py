@@ -70,7 +70,7 @@ class EnvPoolEnv(VectorBackend):
         env_kwargs: EnvPool options for ``envpool.make`` (e.g. ``max_episode_steps``, ``frame_skip``).
         wrappers: observation/action wrapper classes with their ``init_args``, in order (see the module doc).
         num_threads: EnvPool worker threads (0: EnvPool's default).
-        atari_preset: ``"baselines"`` or ``"machado"``: ``env_id`` names the game (``Breakout`` or
+        atari_preset: ``"baselines"``, ``"machado"`` or ``"atari100k"``: ``env_id`` names the game (``Breakout`` or
             ``Breakout-v5``) and the preset sets EnvPool's Atari options (``rl_lightning.envs.gymnasium.atari``).
         atari_eval: the preset's evaluation form (whole games, raw scores); ``fresh`` (the eval env) sets it.
     """
@@ -112,6 +112,7 @@ class EnvPoolEnv(VectorBackend):
         self._num = None
         self._obs = None
         self._pool: Any = None
+        self._score: np.ndarray | None = None  # Atari: each env's raw score since its game started
 
     @property
     def env_id(self) -> str:
@@ -167,10 +168,14 @@ class EnvPoolEnv(VectorBackend):
             **self.env_kwargs,
         )  # fmt: skip
         obs, _ = self._pool.reset()
+        self._score = np.zeros(len(seeds), dtype=np.float64)
         return self._observations(obs)
 
     def _step_all(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        obs, reward, terminated, truncated, _ = self._pool.step(self._actions(actions))
+        pool_actions = self._actions(actions)
+        obs, reward, terminated, truncated, info = self._pool.step(pool_actions)
+        if self.atari is not None:
+            self._games = self._count_games(info, truncated)
         if self.next_step:  # EnvPool's own autoreset is next-step (next_step_autoreset)
             if self.atari is not None and self.atari.stack > 1 and self._ended.any():
                 obs = obs.copy()  # a new life's stack restarts from its first frame too, as a new game's does
@@ -178,16 +183,41 @@ class EnvPoolEnv(VectorBackend):
                 frames[self._ended, :-1] = frames[self._ended, -1:]
             obs = self._observations(obs)
             return obs, obs, reward, terminated, truncated
-        final_obs = obs
+        final_obs = self._observations(obs)  # each observation the pool makes goes through the wrappers once
         done = np.flatnonzero(np.logical_or(terminated, truncated))
-        if done.size:  # same-step autoreset: reset the finished envs now (EnvPool's partial reset)
-            obs = obs.copy()
-            reset_obs, info = self._pool.reset(done.astype(np.int32))
-            obs[info["env_id"]] = reset_obs
-        return self._observations(obs), self._observations(final_obs), reward, terminated, truncated
+        if done.size:  # same-step autoreset: the finished envs take their next step now, which resets them
+            obs = final_obs.copy()
+            ids, reset_obs = self._restart(done, pool_actions)
+            obs[ids] = self._observations(reset_obs)
+            return obs, final_obs, reward, terminated, truncated
+        return final_obs, final_obs, reward, terminated, truncated
+
+    def _restart(self, done: np.ndarray, pool_actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Step only the finished envs (EnvPool ignores the action of an env's step after it finished and resets
+        it): their rows and first observations.
+
+        Not ``reset(ids)``, which restarts an Atari game: after a life loss under ``episodic_life`` this step only
+        plays on (no-ops and FIRE, the game goes on); a game over or a time limit restarts the game. The frame
+        stack then holds only the new start, as openai/baselines' ``FrameStack`` refills it at every reset.
+        """
+        self._pool.send(pool_actions[done], done.astype(np.int32))
+        reset_obs, _, _, _, info = self._pool.recv()
+        if self.atari is not None and self.atari.stack > 1:
+            frames = reset_obs.reshape(len(reset_obs), self.atari.stack, -1, *reset_obs.shape[2:])
+            frames[:, :-1] = frames[:, -1:]
+        return info["env_id"], reset_obs
+
+    def _count_games(self, info: dict[str, Any], truncated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(game_score, game_over)``: EnvPool's ``info["reward"]`` is the raw reward and ``info["terminated"]``
+        the game over (a life loss is ``terminated`` only under ``episodic_life``)."""
+        self._score += info["reward"]
+        over = np.logical_or(info["terminated"].astype(bool), truncated)
+        score = self._score.copy()
+        self._score[over] = 0.0
+        return score, over
 
     def _unstarted(self) -> dict[str, Any]:
-        return {**super()._unstarted(), "_pool": None}
+        return {**super()._unstarted(), "_pool": None, "_score": None}
 
     def close(self) -> None:
         if self._pool is not None:

@@ -23,6 +23,7 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning import keys
+from rl_lightning.envs.gymnasium.atari_wrappers import game_columns
 from rl_lightning.envs.gymnasium.backend import GymnasiumBackend, draw_seeds, step_output
 from rl_lightning.envs.gymnasium.render import RgbArrayRendering
 from rl_lightning.envs.gymnasium.snapshot import EnvCopier, copier_class
@@ -166,10 +167,11 @@ class GymnasiumEnv(RgbArrayRendering, GymnasiumBackend):
                 if not inplace:  # do not leak the copies taken for this step
                     self.release(self._state(next_ids, None))
                 raise self._env_error(index, len(next_ids), "step", err) from err
-        obs, final_obs, reward, terminated, truncated = zip(*rows, strict=True)
+        obs, final_obs, reward, terminated, truncated, infos = zip(*rows, strict=True)
         batch = (stack_obs(obs, self._obs_space), stack_obs(final_obs, self._obs_space), np.asarray(reward),
                  np.asarray(terminated), np.asarray(truncated))  # fmt: skip
-        out = step_output(batch, self._obs_space, state.batch_size, state.device)
+        games = None if self.atari is None else game_columns(infos)
+        out = step_output(batch, self._obs_space, state.batch_size, state.device, games)
         if self.next_step:
             out[keys.IS_FIRST] = torch.tensor(first, device=state.device)
         if inplace and next_ids == ids:
@@ -185,18 +187,18 @@ class GymnasiumEnv(RgbArrayRendering, GymnasiumBackend):
             seen.add(sid)
         return out
 
-    def _step_one(self, sid: int, action: np.ndarray) -> tuple[Any, Any, float, bool, bool]:
+    def _step_one(self, sid: int, action: np.ndarray) -> tuple[Any, Any, float, bool, bool, dict[str, Any]]:
         env = self._env(sid)
         if self.next_step and sid in self._ended:  # next_step_autoreset: the reset tick ignores the action
             self._ended.discard(sid)
             obs = self._obs[sid] = env.reset()[0]
-            return obs, obs, 0.0, False, False
-        final_obs, reward, terminated, truncated, _ = env.step(action)
+            return obs, obs, 0.0, False, False, {"game_score": 0.0, "game_over": False}  # (GameScore's keys)
+        final_obs, reward, terminated, truncated, info = env.step(action)
         if self.next_step and (terminated or truncated):
             self._ended.add(sid)
         obs = env.reset()[0] if (terminated or truncated) and not self.next_step else final_obs
         self._obs[sid] = obs
-        return obs, final_obs, float(reward), bool(terminated), bool(truncated)
+        return obs, final_obs, float(reward), bool(terminated), bool(truncated), info
 
     def _frames(self, state: TensorDict) -> list[Any]:
         return [self._env(sid).render() for sid in self._ids(state)]

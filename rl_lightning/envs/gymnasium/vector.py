@@ -82,6 +82,8 @@ class GymnasiumVectorEnv(RgbArrayRendering, HeldVectorEnv):
         obs, reward, terminated, truncated, info = self._venv.step(actions)
         mask = np.asarray(info.get("_final_obs", np.zeros(len(reward), dtype=bool)))
         final_obs = with_final_obs(obs, info.get("final_obs", [None] * len(reward)), mask, self._obs_space)
+        if self.atari is not None:
+            self._games = _game_columns(info, np.logical_or(terminated, truncated))
         return obs, final_obs, reward, terminated, truncated
 
     def _frames(self, state: TensorDict) -> list[Any]:
@@ -89,3 +91,15 @@ class GymnasiumVectorEnv(RgbArrayRendering, HeldVectorEnv):
             raise RuntimeError(f"GymnasiumVectorEnv({self.env_id!r}): render_rgb before reset_state")
         frames = self._venv.call("render")  # every sub-env renders; rows pick theirs by index
         return [frames[i] for i in state[ENV_INDEX].tolist()]
+
+
+def _game_columns(info: dict[str, Any], done: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(game_score, game_over)`` per row (``atari_wrappers.GameScore``): in SAME_STEP a finished row's last-step
+    info is in ``final_info`` (the top level then holds its reset info); in NEXT_STEP it is the top level."""
+    final = info.get("final_info", {})
+    columns = []
+    for key in ("game_score", "game_over"):
+        running = np.asarray(info.get(key, np.zeros(len(done))))
+        ended = np.asarray(final[key]) if key in final else running
+        columns.append(np.where(done, ended, running))
+    return columns[0].astype(np.float32), columns[1].astype(bool)
