@@ -56,17 +56,20 @@ def test_rescale_and_clip_action_map_onto_the_raw_env(backend: str) -> None:
 
 @pytest.mark.parametrize("backend", list(BACKENDS))
 def test_time_limit_and_a_users_own_wrapper_in_order(backend: str) -> None:
-    wrappers = [
-        ClassSpec("gymnasium.wrappers.TimeLimit", {"max_episode_steps": 4}),
-        ClassSpec("tests.my_envs.ScaleObservation", {"scale": 10.0}),
-    ]
-    core = BACKENDS[backend](env_id="CartPole-v1", wrappers=wrappers)
+    limit = ClassSpec("gymnasium.wrappers.TimeLimit", {"max_episode_steps": 4})
+    time_aware = ClassSpec("gymnasium.wrappers.TimeAwareObservation")  # appends the step count
+    scale = ClassSpec("tests.my_envs.ScaleObservation", {"scale": 10.0})
+    core = BACKENDS[backend](env_id="CartPole-v1", wrappers=[limit, time_aware, scale])
+    swapped = BACKENDS[backend](env_id="CartPole-v1", wrappers=[limit, scale, time_aware])  # these two do not commute
     assert core.spec.max_episode_steps == 4
     alternate = [torch.tensor([t % 2, (t + 1) % 2]) for t in range(4)]
-    outs = steps(core, alternate)
+    outs, swapped_outs = steps(core, alternate), steps(swapped, alternate)
     refs = steps(GymnasiumEnv("CartPole-v1"), alternate)
     assert [bool(o[keys.TRUNCATED].all()) for o in outs[1:]] == [False, False, False, True]
-    torch.testing.assert_close(outs[1][keys.OBS], refs[1][keys.OBS] * 10.0)
+    for out in (outs, swapped_outs):
+        torch.testing.assert_close(out[1][keys.OBS][:, :4].float(), refs[1][keys.OBS] * 10.0)  # float64 after it
+    assert outs[1][keys.OBS][:, 4].tolist() == [10.0, 10.0]  # step 1, scaled: the scale wraps the time-aware one
+    assert swapped_outs[1][keys.OBS][:, 4].tolist() == [1.0, 1.0]  # applied first, the scale leaves the time alone
 
 
 @pytest.mark.parametrize("backend", list(BACKENDS))
@@ -93,6 +96,8 @@ def test_without_the_filter_a_dict_space_is_carried_as_nested_keys() -> None:
 
 BAD_WRAPPERS = [
     (ClassSpec("gymnasium.wrappers.NoSuchWrapper"), "does not import"),
+    (ClassSpec("gymnasium.wrappers.NormalizeObservation"), "not saved in checkpoints.*normalize_obs: true"),
+    (ClassSpec("gymnasium.wrappers.NormalizeReward", {"gamma": 0.9}), "not saved in checkpoints.*normalize_reward"),
     (ClassSpec("no_such_package.Wrapper"), "does not import"),
     (ClassSpec("tests.my_envs.Corridor"), "is not a gymnasium.core.Wrapper subclass"),
     (ClassSpec("gymnasium.wrappers.TimeLimit", {"max_steps": 3}), "fix its init_args"),

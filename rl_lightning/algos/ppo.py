@@ -283,7 +283,8 @@ class PPO(RLModule):
         batch[keys.NEXT_VALUE] = self._next_value(batch)
         reward = batch[keys.REWARD]  # stays raw in the rollout
         if self.reward_scaler is not None:
-            self.reward_scaler.update(reward, batch[keys.TERMINATED] | batch[keys.TRUNCATED])
+            done = batch[keys.TERMINATED] | batch[keys.TRUNCATED]
+            self.reward_scaler.update(reward, done, batch.get(keys.IS_FIRST, None))  # is_first: restarted envs
             reward = self.reward_scaler(reward)
         advantage, value_target = generalized_advantage_estimate(
             reward,

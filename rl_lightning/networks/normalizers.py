@@ -167,9 +167,11 @@ class RewardScaler(nn.Module):
 
     ``update`` runs the per-env return accumulator ``acc = γ·acc + r`` over a rollout (zeroed after any
     ``terminated | truncated`` step, as SB3's ``VecNormalize``; Gymnasium's single-env ``NormalizeReward``
-    resets on ``terminated`` only) and merges every accumulated value into the variance. The accumulator is
-    rank-local collection state, not a buffer (DDP broadcasts buffers from rank 0): read and restore it with
-    ``returns``.
+    resets on ``terminated`` only) and merges every accumulated value into the variance. It is also zeroed
+    before any row flagged ``is_first`` that no done row announced: an env that restarted its episode, as
+    Gymnasium backends do on resume (their state is not checkpointed) while the restored accumulator still
+    holds the old episode's return. The accumulator is rank-local collection state, not a buffer (DDP broadcasts
+    buffers from rank 0): read and restore it with ``returns``.
 
     Args:
         gamma: discount of the accumulated return (the algorithm's γ).
@@ -190,8 +192,14 @@ class RewardScaler(nn.Module):
         return scaled if self.clip is None else scaled.clamp(-self.clip, self.clip)
 
     @torch.no_grad()
-    def update(self, reward: torch.Tensor, done: torch.Tensor) -> None:
-        """Accumulate a time-major rollout's rewards ``[T, B]`` (``done``: bool ``[T, B]``) into the statistics."""
+    def update(self, reward: torch.Tensor, done: torch.Tensor, is_first: torch.Tensor | None = None) -> None:
+        """Accumulate a time-major rollout's rewards ``[T, B]`` into the statistics.
+
+        Args:
+            reward: ``[T, B]`` raw rewards.
+            done: bool ``[T, B]``, ``terminated | truncated``: the accumulator restarts after these rows.
+            is_first: bool ``[T, B]``, rows that start an episode: the accumulator restarts before them.
+        """
         if not self.training:
             return
         acc = self.returns
@@ -200,6 +208,8 @@ class RewardScaler(nn.Module):
         acc = acc.to(reward.device)
         accumulated = []
         for t in range(reward.shape[0]):
+            if is_first is not None:
+                acc = acc.masked_fill(is_first[t], 0.0)
             acc = acc * self.gamma + reward[t]
             accumulated.append(acc)
             acc = acc.masked_fill(done[t], 0.0)

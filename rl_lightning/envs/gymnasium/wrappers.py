@@ -76,9 +76,21 @@ def construct(cls: type, spec: ClassSpec, field_name: str, *args: Any) -> Any:
         ) from None
 
 
+#: Gymnasium wrappers whose running statistics live outside the checkpoint; the modules' own options replace them.
+_NORMALIZERS = (gymnasium.wrappers.NormalizeObservation, gymnasium.wrappers.NormalizeReward)
+
+
 def check_wrappers(wrappers: list[ClassSpec]) -> list[type]:
-    """Import every wrapper class up front (one-line errors), in order."""
-    return [import_class(spec, gymnasium.Wrapper, f"wrappers[{i}]") for i, spec in enumerate(wrappers)]
+    """Import every wrapper class up front (one-line errors), in order; Gymnasium's normalisers are refused."""
+    classes = [import_class(spec, gymnasium.Wrapper, f"wrappers[{i}]") for i, spec in enumerate(wrappers)]
+    for i, (cls, spec) in enumerate(zip(classes, wrappers, strict=True)):
+        if issubclass(cls, _NORMALIZERS):
+            raise ConfigError(
+                f"wrappers[{i}].class_path={spec.class_path!r}: its running statistics are not saved in checkpoints "
+                "and it scales evaluation returns too; remove it and use the built-in normalisers, "
+                "model.init_args.normalize_obs: true (PPO, SPO) and model.init_args.normalize_reward: true (PPO)"
+            )
+    return classes
 
 
 def apply_wrappers(env: gymnasium.Env, wrappers: list[ClassSpec]) -> gymnasium.Env:
