@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cli_subprocess import error_line, run_cli, snapshot
+from tests.cli_subprocess import ROOT, error_line, run_cli, snapshot
 
 pytest.importorskip("pyspiel", reason="needs pip install 'rl_lightning[games]'")
 
@@ -51,3 +51,41 @@ def test_bad_seat_map_is_one_line_and_writes_nothing(tmp_path, seats, expected):
     line = error_line(run_cli(args, tmp_path))
     assert expected in line
     assert snapshot(tmp_path) == before
+
+
+def test_users_own_pettingzoo_env_by_module_path_from_a_yaml_file(tmp_path):
+    pytest.importorskip("pettingzoo")
+    package = tmp_path / "my_games"  # the user's own package, outside this repository, importable from the cwd
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "parcel.py").write_text((ROOT / "tests" / "games_envs.py").read_text())
+    config = tmp_path / "my_run.yaml"
+    config.write_text(
+        """
+seed_everything: 3
+model:
+  class_path: rl_lightning.algos.PPO
+  init_args: {hidden_sizes: [16], update_epochs: 1, num_minibatches: 2}
+data:
+  class_path: rl_lightning.data.OnPolicyDataModule
+  init_args:
+    env:
+      class_path: rl_lightning.envs.PettingZooEnv
+      init_args: {env_id: my_games.parcel}
+    num_envs: 4
+    num_steps: 16
+    total_env_steps: 128
+    seats: {2: random}
+trainer:
+  accelerator: cpu
+  logger: {class_path: lightning.pytorch.loggers.TensorBoardLogger, init_args: {save_dir: runs, name: parcel}}
+  enable_progress_bar: false
+"""
+    )
+    result = run_cli(["fit", "--config", str(config)], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = next((tmp_path / "runs" / "parcel").iterdir())
+    assert list(run.glob("checkpoints/*.ckpt"))
+    events = b"".join(path.read_bytes() for path in run.glob("events.out.tfevents.*"))
+    assert b"rollout/episode_return" in events
+    assert b"train/loss" in events
