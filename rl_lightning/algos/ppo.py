@@ -42,6 +42,13 @@ class PPO(RLModule):
     Each ``training_step`` pulls one rollout from the datamodule itself (so the collecting policy is the one
     being updated: lag 0), then runs ``update_epochs × num_minibatches`` optimiser steps on it, and logs once.
 
+    In a multi-seat game (``env_spec.num_seats > 1``, self-play through ``data.seats``) each seat's decisions are
+    its own trajectory: ``objectives/seat_credit.py`` credits each decision with what its seat receives until its
+    next decision and bootstraps from that seat's next value; GAE runs along each seat's decisions. Only the learning
+    seats' decisions whose credit is complete train (the minibatches split those rows; a remainder of fewer than
+    ``num_minibatches`` rows sits out each epoch); a decision still open when the rollout ends trains in the next
+    update, so ``policy/lag`` reads 1. ``normalize_reward`` is refused there (its running return is per game).
+
     Args:
         env_spec: linked from ``data.env_spec`` by the CLI.
         hidden_sizes: hidden layer widths of actor and critic (after the encoder; ``[]`` puts the linear policy
@@ -418,7 +425,7 @@ class PPO(RLModule):
         steps = 0
         for _ in range(hp.update_epochs):
             epoch_kl = torch.zeros((), device=self.device)
-            perm = torch.randperm(size, generator=self.generator).to(batch.device)
+            perm = torch.randperm(batch.numel(), generator=self.generator)[:size].to(batch.device)
             shuffled = {key: value[perm] for key, value in columns.items()}
             for start in range(0, size, minibatch):
                 stop.check()  # a stop request abandons the update; the checkpoint is the previous one's
