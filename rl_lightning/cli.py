@@ -290,7 +290,13 @@ def main(args: Sequence[str] | None = None) -> None:
     """
     try:
         with stop.signals_request_stop():
-            cli_main(args)
+            argv = list(sys.argv[1:] if args is None else args)
+            if argv[:1] == ["record"]:  # a bot's games as behaviour-cloning records (rl_lightning/data/records.py)
+                from rl_lightning.data.record_cli import main as record_main
+
+                record_main(argv[1:])
+            else:
+                cli_main(args)
         close_process_group()
     except SIGTERMException as err:  # SIGTERM or a first Ctrl+C: raised by ``stop.check()`` or at an update boundary
         signum = getattr(err, "signum", signal.SIGTERM)

@@ -24,12 +24,15 @@ class PolicyRevision:
         parent: the version this run resumed from (``-1`` for a fresh run).
         family: algorithm family (``"ppo"``, ``"spo"``, ``"dreamer"``); a checkpoint loads only into its family.
         digest: sha256 over the module's parameters and buffers, in ``state_dict`` order.
+        parent_digest: the digest of the weights a fresh run started from (``init_weights``: a BC or PPO
+            checkpoint); ``""`` when it started from its own initialisation.
     """
 
     version: int
     parent: int
     family: str
     digest: str
+    parent_digest: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,8 +1,9 @@
 """LightningModules of the algorithms."""
 
 from rl_lightning.algos.base import RLModule
+from rl_lightning.algos.bc import BC
 from rl_lightning.algos.dreamer import DreamerV3
 from rl_lightning.algos.ppo import PPO
 from rl_lightning.algos.spo import SPO
 
-__all__ = ["DreamerV3", "PPO", "RLModule", "SPO"]
+__all__ = ["BC", "DreamerV3", "PPO", "RLModule", "SPO"]

@@ -51,6 +51,7 @@ class RLModule(pl.LightningModule):
         self.updates = 0
         self.policy_version = 0
         self.parent_version = -1
+        self.parent_digest = ""  # weights a fresh run started from (``init_weights``); '' for none
         self.generator = torch.Generator()
         self._seeded = False
 
@@ -227,7 +228,9 @@ class RLModule(pl.LightningModule):
         self.policy_version += 1
 
     def revision(self) -> PolicyRevision:
-        return PolicyRevision(self.policy_version, self.parent_version, self.family, weights_digest(self))
+        return PolicyRevision(
+            self.policy_version, self.parent_version, self.family, weights_digest(self), self.parent_digest
+        )
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[REVISION_KEY] = self.revision().to_dict()

@@ -11,6 +11,7 @@ from torch import nn
 
 from rl_lightning import keys, stop
 from rl_lightning.algos.base import RLModule
+from rl_lightning.algos.init_weights import load_init_weights
 from rl_lightning.algos.optimizer_steps import OptimizerSteps
 from rl_lightning.envs.base import ACTION_KINDS, EnvSpec, require_action_kind
 from rl_lightning.errors import ConfigError, check_fields, require_torch_compile
@@ -91,6 +92,9 @@ class PPO(RLModule):
             ``torch.compile`` (inductor; compiled once per run, on the first update, with fixed shapes). Off by
             default: it pays on long runs whose minibatch steps are overhead-bound (benchmarks/README.md has the
             measured speed-up and compile time); gradients agree with eager within float tolerance.
+        init_weights: a ``.ckpt`` of a BC or PPO run whose network weights (and observation statistics) this run
+            starts from: weights only, not a resume (counters, optimiser and env steps start at zero; the lineage
+            keeps the parent's weight digest). Refused in one line if missing, of another env, or of other shapes.
     """
 
     family = "ppo"
@@ -123,6 +127,7 @@ class PPO(RLModule):
         norm_clip_reward: float = 10.0,
         ortho_init: bool = True,
         compile_update: bool = False,
+        init_weights: str | None = None,
     ) -> None:
         super().__init__(env_spec)
         self.save_hyperparameters()
@@ -155,6 +160,8 @@ class PPO(RLModule):
         # with the action (the features are there); otherwise ``process_rollout`` computes it for the whole rollout
         # in one batched forward (the weights cannot change during a rollout), not one small forward per step.
         self._value_when_acting = share_encoder and any(True for _ in self.encoder.parameters())
+        if init_weights:  # after every weight and buffer exists; before any trainer or env (one-line refusals)
+            self.parent_digest = load_init_weights(self, init_weights, families=("bc", "ppo"))
 
     # ----- acting -------------------------------------------------------------------------------------------
     def _obs(self, td: TensorDict) -> torch.Tensor | TensorDict:
@@ -425,7 +432,7 @@ class PPO(RLModule):
         steps = 0
         for _ in range(hp.update_epochs):
             epoch_kl = torch.zeros((), device=self.device)
-            perm = torch.randperm(batch.numel(), generator=self.generator)[:size].to(batch.device)
+            perm = torch.randperm(size, generator=self.generator).to(batch.device)
             shuffled = {key: value[perm] for key, value in columns.items()}
             for start in range(0, size, minibatch):
                 stop.check()  # a stop request abandons the update; the checkpoint is the previous one's
