@@ -432,7 +432,7 @@ class PPO(RLModule):
         steps = 0
         for _ in range(hp.update_epochs):
             epoch_kl = torch.zeros((), device=self.device)
-            perm = torch.randperm(size, generator=self.generator).to(batch.device)
+            perm = torch.randperm(batch.numel(), generator=self.generator)[:size].to(batch.device)
             shuffled = {key: value[perm] for key, value in columns.items()}
             for start in range(0, size, minibatch):
                 stop.check()  # a stop request abandons the update; the checkpoint is the previous one's
