@@ -146,3 +146,27 @@ def test_nan_observation_or_reward_is_caught_by_the_finite_watch(tmp_path):
         env.watch(_finite_view(ticks))
         with pytest.raises(EnvError, match=f"index {index[1]} of 4.*non-finite '{key}'"):
             env.check_outputs()
+
+
+def test_update_shuffles_every_learning_row_when_they_do_not_split_evenly():
+    from tensordict import TensorDict
+
+    module = PPO(env_spec=TurnToy(3).spec, hidden_sizes=(8,), update_epochs=12, num_minibatches=2)
+    rows = 7  # self-play keeps a varying number of learning rows; 1 sits out each epoch, a different one each time
+    batch = TensorDict({
+        keys.OBS: torch.arange(rows, dtype=torch.float32).unsqueeze(-1).expand(rows, 7).clone(),
+        keys.ACTION: torch.zeros(rows, dtype=torch.int64), keys.LOGPROB: torch.zeros(rows),
+        keys.VALUE: torch.zeros(rows), keys.ADVANTAGE: torch.randn(rows), keys.RETURN: torch.zeros(rows),
+        keys.ACTION_MASK: torch.ones(rows, 3, dtype=torch.bool),
+    }, batch_size=[rows])  # fmt: skip
+    seen, step = [], module._minibatch_step
+
+    def record(mb, *args):
+        assert mb[keys.OBS].shape[0] == rows // 2
+        seen.extend(mb[keys.OBS][:, 0].long().tolist())
+        return step(mb, *args)
+
+    module._minibatch_step = record
+    module.update(batch, torch.optim.Adam(module.parameters()))
+    assert len(seen) == 12 * 2 * (rows // 2)
+    assert set(seen) == set(range(rows))
