@@ -16,6 +16,7 @@ from rl_lightning.algos.base import Policy, RLModule
 from rl_lightning.algos.spo.compiled_search import CompiledSearch, check_compilable
 from rl_lightning.algos.spo.prior import ActorCriticPrior, gaussian_head
 from rl_lightning.algos.spo.search import SearchConfig, smc_search
+from rl_lightning.algos.spo.seats import check_search_game, check_searchable, seat_critic_terms, strip_carried
 from rl_lightning.envs.base import BatchedEnv, EnvSpec, require_action_kind
 from rl_lightning.envs.gymnasium.backend import no_snapshot
 from rl_lightning.errors import ConfigError, check_fields
@@ -153,6 +154,7 @@ class SPO(RLModule):
         _check_hparams(hp)
         spec = self.env_spec
         require_action_kind(spec, "SPO", SPO_ACTIONS)
+        check_searchable(spec)  # games: never search the true state of an imperfect-information game
         self.encoder = ObsEncoder(spec, encoder)
         self.critic_encoder = None if share_encoder else ObsEncoder(spec, encoder)
         obs_dim = self.encoder.out_dim
@@ -227,6 +229,8 @@ class SPO(RLModule):
         update the observation statistics from it."""
         if batch.numel() == 0:
             raise ConfigError("SPO received an empty rollout; data.rollout_length and data.num_envs must be >= 1")
+        if self.env_spec.num_seats > 1:  # self-play: replay keeps the ticks, not the collector's carried rows
+            batch = strip_carried(batch, self.env_spec.num_seats)
         ess, alive = batch.pop(SEARCH_ESS), batch.pop(SEARCH_ALIVE)
         if self.obs_normalizer is not None:  # training collection only: the replay keeps the raw observations
             self.obs_normalizer.update(batch[keys.OBS])
@@ -268,6 +272,7 @@ class SPO(RLModule):
             check_compilable(env)
         if not env.can_snapshot:
             raise ConfigError(f"data.env: SPO searches on env snapshots, and {no_snapshot(env)}")
+        check_search_game(env)
 
     def configure_callbacks(self) -> list[Any]:
         from rl_lightning.callbacks.soft_target_update import SoftTargetUpdate
@@ -343,6 +348,8 @@ class SPO(RLModule):
         hp = self.hparams
         length, batch = seq.batch_size
         value = self.prior.value(seq[keys.OBS]).view(length, batch)
+        if self.env_spec.num_seats > 1:
+            return self._seat_critic_terms(seq, value)
         with torch.no_grad():
             both = torch.cat([seq[keys.OBS], seq[keys.FINAL_OBS]])
             target_encoder = self.target_encoder if self.target_critic_encoder is None else self.target_critic_encoder
@@ -354,6 +361,22 @@ class SPO(RLModule):
             )  # fmt: skip
         residual = (targets - value.detach()).var() / targets.var().clamp_min(1e-8)
         return L.critic_loss(value, targets, hp.vf_coef), 1.0 - residual
+
+    def _seat_critic_terms(self, seq: TensorDict, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Games: the critic's targets follow the per-seat credit rule along each sequence (``seats.py``)."""
+        hp = self.hparams
+        length, batch = seq.batch_size
+        with torch.no_grad():
+            target_value = self._target_values(seq[keys.OBS]).view(length, batch)
+            final = seq.get(keys.FINAL_OBS, None)  # [L, B, S, *obs]: every seat's own view, when games can truncate
+            final_value = None
+            if final is not None:
+                final_value = self._target_values(final.flatten(0, 2)).view(length, batch, self.env_spec.num_seats)
+        return seat_critic_terms(value, target_value, final_value, seq, hp.gamma, hp.gae_lambda, hp.vf_coef)
+
+    def _target_values(self, obs: torch.Tensor) -> torch.Tensor:
+        encoder = self.target_encoder if self.target_critic_encoder is None else self.target_critic_encoder
+        return self.target_critic(encoder(self.prior.normalized(obs))).squeeze(-1)
 
     def _log_update(self, stats: dict[str, torch.Tensor], terms: TensorDict | None) -> None:
         metrics: dict[str, Any] = dict(stats)

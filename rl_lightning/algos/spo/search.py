@@ -13,7 +13,8 @@ histogram of the survivors' root actions. Particles that terminate or truncate s
 (their states keep stepping through the env's auto-reset, which is cheaper than branching; nothing they
 do afterwards is counted). Unlike the reference code, the next actions are gathered with the particles on
 resample (spo.md §6.1), the search advantages are masked after termination (§6.3) and frozen at an env's
-first resample (§6.5, App. D.1).
+first resample (§6.5, App. D.1). In a two-seat zero-sum game the particles are scored from the root's seat
+to act: its reward and its side of every value (``seats.py``); the prior proposes every seat's moves.
 
 Timing of one search step (particle ``i``, depth ``d``)::
 
@@ -33,6 +34,7 @@ from tensordict import TensorDict
 from rl_lightning import keys
 from rl_lightning.algos.spo.draws import GeneratorDraws, NoiseDraws, NoiseSource
 from rl_lightning.algos.spo.prior import ActorCriticPrior
+from rl_lightning.algos.spo.seats import searching_seats, seat_step_score
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.errors import check_fields
 
@@ -183,6 +185,7 @@ def _search(
     advantages = torch.zeros(num_envs, n, device=device)
     adv_open = torch.ones(num_envs, 1, device=device)  # 0 after an env's first resample
     alive = torch.ones(num_envs * n, dtype=torch.bool, device=device)
+    searcher = searching_seats(root_obs, n) if prior.spec.num_seats > 1 else None  # games: score from root's seat
     ess, alive_frac, resampled = [], [], []
     owned: TensorDict | None = None  # the search's own states (released when replaced)
     try:
@@ -191,8 +194,12 @@ def _search(
             if owned is not None:
                 env.release(owned)
             owned = next_state
-            bootstrap = (~out[keys.TERMINATED]) * config.gamma * prior.value(out[keys.FINAL_OBS])
-            delta = torch.where(alive, out[keys.REWARD] + bootstrap - value, 0.0).view(num_envs, n)
+            if searcher is None:
+                reward = out[keys.REWARD]
+                bootstrap = (~out[keys.TERMINATED]) * config.gamma * prior.value(out[keys.FINAL_OBS])
+            else:
+                reward, bootstrap = seat_step_score(prior.value, out, searcher, config.gamma)
+            delta = torch.where(alive, reward + bootstrap - value, 0.0).view(num_envs, n)
             log_w = log_w + delta
             advantages = advantages + (config.gamma * config.gae_lambda) ** d * adv_open * delta
             alive = alive & ~(out[keys.TERMINATED] | out[keys.TRUNCATED])
@@ -217,6 +224,7 @@ def _search(
             flat = (idx + offsets).reshape(-1)
             state = next_state[flat]
             action, root_actions, value, alive = next_action[flat], root_actions[flat], value[flat], alive[flat]
+            searcher = None if searcher is None else searcher[flat]
             log_w = torch.where(due.unsqueeze(-1), torch.zeros_like(log_w), log_w)
             adv_open = adv_open * (~due).unsqueeze(-1)
     finally:
