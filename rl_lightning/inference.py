@@ -22,7 +22,7 @@ from gymnasium import spaces
 from tensordict import TensorDict
 
 from rl_lightning import keys
-from rl_lightning.algos import PPO, SPO, DreamerV3, RLModule
+from rl_lightning.algos import PPO, SPO, DreamerV3, RecurrentPPO, RLModule
 from rl_lightning.algos.dreamer.player import DreamerPlayer
 from rl_lightning.algos.policy_io import action_space_from_spec, check_action_space, env_actions, obs_batch
 from rl_lightning.envs.base import BatchedEnv
@@ -31,7 +31,7 @@ from rl_lightning.errors import ConfigError
 from rl_lightning.lineage import REVISION_KEY, read_checkpoint
 
 #: Checkpoint family (``PolicyRevision.family``) → the module class that loads it.
-FAMILIES: dict[str, type[RLModule]] = {cls.family: cls for cls in (PPO, SPO, DreamerV3)}
+FAMILIES: dict[str, type[RLModule]] = {cls.family: cls for cls in (PPO, SPO, DreamerV3, RecurrentPPO)}
 
 
 def load_policy(
@@ -86,6 +86,7 @@ class Policy:
     * SPO: ``policy(obs)`` acts with the prior π_θ alone (no search: what the networks alone do; cheaper than,
       and usually not as strong as, evaluation's search). ``policy.search(env)`` runs the SMC search evaluation
       runs, from the current state of a snapshot-capable rl_lightning env (``GymnasiumEnv`` or a torch env).
+    * RecurrentPPO: carries its core's state per env between calls, reset as DreamerV3's below.
     * DreamerV3: carries the RSSM state and the previous action per env between calls. Call ``reset()`` when
       episodes start (or ``reset(rows)`` / ``is_first=`` for some envs of a batch); a new batch size needs
       ``reset()`` first.
@@ -117,12 +118,13 @@ class Policy:
 
     @property
     def recurrent(self) -> bool:
-        """Whether the policy carries state between calls (DreamerV3)."""
-        return isinstance(self.module, DreamerV3)
+        """Whether the policy carries state between calls (DreamerV3, RecurrentPPO)."""
+        return isinstance(self.module, DreamerV3 | RecurrentPPO)
 
     @property
     def state(self) -> TensorDict | None:
-        """The recurrent state per env (DreamerV3's RSSM ``deter``/``stoch``); ``None`` before a call, or stateless."""
+        """The recurrent state per env (DreamerV3's RSSM ``deter``/``stoch``, RecurrentPPO's core ``h``/``c``); ``None``
+        before a call, or stateless."""
         return None if self._player is None else self._player.state
 
     def reset(self, rows: Any = None) -> None:

@@ -19,6 +19,9 @@ GAME_SCORE = "game_score"  # float32 [B]: the raw score of the game that ended a
 ACTION = "action"
 LOGPROB = "logprob"
 VALUE = "value"
+# Recurrent policies (RecurrentPPO): the carried state a row was acted from (before its is_first reset), and after.
+RECURRENT_STATE = "recurrent_state"
+NEXT_RECURRENT_STATE = "next_recurrent_state"
 
 # Lineage and learning targets.
 POLICY_VERSION = "policy_version"

@@ -222,6 +222,17 @@ class PPO(RLModule):
         if not deterministic and self.acts_from_noise:
             return self.act_from_noise(td, self.act_noise(generator, tuple(td.batch_size), td.device))
         features, critic_features = self._features(td)
+        return self._act_on(td, features, critic_features, generator, deterministic)
+
+    def _act_on(
+        self,
+        td: TensorDict,
+        features: torch.Tensor,
+        critic_features: torch.Tensor,
+        generator: torch.Generator | None,
+        deterministic: bool,
+    ) -> TensorDict:
+        """``act`` on encoded features (``RecurrentPPO`` passes its recurrent core's outputs)."""
         out: dict[str, torch.Tensor] = {}
         kind = self.env_spec.action_kind
         if kind == "discrete":
@@ -253,6 +264,12 @@ class PPO(RLModule):
         """``evaluate_actions`` on observations already normalised (the update normalises a rollout once)."""
         features = self.encoder(obs)
         critic_features = features if self.critic_encoder is None else self.critic_encoder(obs)
+        return self._heads_log_prob_entropy_value(features, critic_features, action, mask)
+
+    def _heads_log_prob_entropy_value(
+        self, features: torch.Tensor, critic_features: torch.Tensor, action: torch.Tensor, mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``_log_prob_entropy_value`` on encoded ``[N, F]`` features (``RecurrentPPO``: its core's outputs)."""
         kind = self.env_spec.action_kind
         if kind == "discrete":
             logits = D.masked_logits(self.actor(features), mask)
@@ -472,11 +489,15 @@ class PPO(RLModule):
             self.__dict__["_compiled_loss"] = compiled
         return compiled[1]
 
+    def _evaluate_minibatch(self, mb: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(logprob, entropy, value)`` of a minibatch's stored actions (``RecurrentPPO`` replays sequences)."""
+        return self._log_prob_entropy_value(mb[keys.OBS], mb[keys.ACTION], mb.get(keys.ACTION_MASK))
+
     def minibatch_loss(self, mb: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(loss, terms)`` of one minibatch: the PPO loss to back-propagate and the ``TERM_NAMES`` values but the
         gradient norm, stacked and detached. Pure tensor code, so ``torch.compile`` can fuse it (``compile_update``)."""
         hp = self.hparams
-        logprob, entropy, value = self._log_prob_entropy_value(mb[keys.OBS], mb[keys.ACTION], mb.get(keys.ACTION_MASK))
+        logprob, entropy, value = self._evaluate_minibatch(mb)
         advantage = mb[keys.ADVANTAGE]
         if hp.norm_adv:
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)

@@ -60,6 +60,8 @@ class Collector(CollectorBase):
             self._episode_length.masked_fill_(done, 0.0)
             next_obs = out.select(*obs.keys(include_nested=False), strict=False)
             next_obs[keys.IS_FIRST] = out[keys.IS_FIRST]
+            if keys.NEXT_RECURRENT_STATE in acted:  # a recurrent policy's state rides in the live view
+                next_obs[keys.RECURRENT_STATE] = acted[keys.NEXT_RECURRENT_STATE]
             self._obs = next_obs
         self.finished.update(torch.stack(done_returns), torch.stack(done_lengths), torch.stack(done_flags))
         batch = _stack_rows(rows, self.env.num_envs, self.env.device)

@@ -13,6 +13,9 @@ from rl_lightning.envs.base import EnvSpec, physics_dtype
 from rl_lightning.envs.noise_step import NoiseSteppedEnv
 from rl_lightning.errors import ConfigError
 
+#: ``CartPole(observe=...)``: which physics columns are observed (``None``: all four).
+_OBSERVED: dict[str, list[int] | None] = {"full": None, "position": [0, 2]}
+
 
 class CartPole(NoiseSteppedEnv):
     """Gymnasium ``CartPole-v1`` as a functional batched env (same-step auto-reset).
@@ -28,6 +31,8 @@ class CartPole(NoiseSteppedEnv):
         max_episode_steps: truncation limit; 0 disables truncation.
         dtype: precision of the internal physics, ``"float32"`` or ``"float64"`` (Gymnasium's own precision,
             for bit-level comparisons). Observations are float32 either way.
+        observe: ``full`` (``[x, x_dot, theta, theta_dot]``) or ``position`` (``[x, theta]`` only: rl-zoo's
+            ``CartPoleNoVel-v1``, a task that needs memory; the dynamics are unchanged).
     """
 
     gravity = 9.8
@@ -44,13 +49,20 @@ class CartPole(NoiseSteppedEnv):
     render_width = 240  # Gymnasium draws 600 x 400; the same picture at 2/5 keeps evaluation videos small
     render_height = 160
 
-    def __init__(self, max_episode_steps: int = 500, dtype: str = "float32") -> None:
+    def __init__(self, max_episode_steps: int = 500, dtype: str = "float32", observe: str = "full") -> None:
         if max_episode_steps < 0:
             raise ConfigError(f"CartPole: max_episode_steps={max_episode_steps} must be >= 0 (0 = never truncate)")
+        if observe not in _OBSERVED:
+            raise ConfigError(f"CartPole: observe={observe!r} is not one of {sorted(_OBSERVED)}")
         self.max_episode_steps = max_episode_steps
         self.dtype = physics_dtype(dtype, "CartPole")
+        self._observed = _OBSERVED[observe]
         self.spec = EnvSpec(
-            name="CartPole", obs_shape=(4,), discrete=True, num_actions=2, max_episode_steps=max_episode_steps
+            name="CartPole",
+            obs_shape=(4 if self._observed is None else len(self._observed),),
+            discrete=True,
+            num_actions=2,
+            max_episode_steps=max_episode_steps,
         )
 
     def step_noise(self, generator: torch.Generator, lead: tuple[int, ...]) -> torch.Tensor:
@@ -68,8 +80,12 @@ class CartPole(NoiseSteppedEnv):
         return TensorDict({"physics": physics, "elapsed": elapsed}, batch_size=[num], device=generator.device)
 
     def observe(self, state: TensorDict) -> TensorDict:
-        """Return the float32 observation ``[x, x_dot, theta, theta_dot]``."""
-        return TensorDict({keys.OBS: state["physics"].to(torch.float32)}, batch_size=state.batch_size)
+        """Return the float32 observation ``[x, x_dot, theta, theta_dot]`` (``observe="position"``: ``[x, theta]``)."""
+        return TensorDict({keys.OBS: self._view(state["physics"])}, batch_size=state.batch_size)
+
+    def _view(self, physics: torch.Tensor) -> torch.Tensor:
+        """The observed columns of ``physics`` as float32."""
+        return (physics if self._observed is None else physics[..., self._observed]).to(torch.float32)
 
     def render_rgb(self, state: TensorDict) -> torch.Tensor:
         """Draw uint8 ``[B, H, W, 3]`` frames like Gymnasium's classic-control renderer (batched torch, no pygame).
@@ -132,8 +148,8 @@ class CartPole(NoiseSteppedEnv):
         next_elapsed = torch.where(done, torch.zeros_like(elapsed), elapsed)
         out = TensorDict(
             {
-                keys.OBS: next_physics.to(torch.float32),
-                keys.FINAL_OBS: physics.to(torch.float32),
+                keys.OBS: self._view(next_physics),
+                keys.FINAL_OBS: self._view(physics),
                 keys.REWARD: torch.ones_like(x, dtype=torch.float32),
                 keys.TERMINATED: terminated,
                 keys.TRUNCATED: truncated,
