@@ -67,3 +67,28 @@ def test_resume_continues_the_same_opponent_stream(tmp_path):
         assert torch.equal(a, b)
     for a, b in zip(straight.parameters(), resumed.parameters()):
         assert torch.equal(a, b)
+
+
+def test_a_checkpoint_seat_plays_that_frozen_policy_and_never_trains(tmp_path):
+    pl.seed_everything(2)
+    first, dm = tiny_selfplay(total_env_steps=80)
+    trainer(tmp_path / "a", enable_checkpointing=False).fit(first, dm)
+    path = tmp_path / "opponent.ckpt"
+    first.trainer.save_checkpoint(str(path))
+    module, dm = tiny_selfplay(total_env_steps=80, seats={1: str(path)})
+    rollouts = Rollouts()
+    trainer(tmp_path / "b", callbacks=[rollouts]).fit(module, dm)
+    players = dm.selfplay.players
+    assert players.fixed_ids == {str(path): 1}
+    for batch in rollouts.batches:
+        ticks = batch[3:]
+        seat1 = ticks["seat"] == 1
+        assert (ticks[PLAYER][seat1] == 1).all()
+        assert not batch["train"][3:][seat1].any()
+    # The opponent acts as the checkpoint's policy (the same draws give the same sampled actions), frozen.
+    obs = rollouts.batches[-1][3:][seat1].select("obs", "action_mask")
+    loaded = type(module).load_from_checkpoint(str(path), weights_only=False)
+    expected = loaded.act(obs, torch.Generator().manual_seed(0))["action"]
+    assert torch.equal(players.actors[1](obs, torch.Generator().manual_seed(0)), expected)
+    learner = module.act(obs, torch.Generator().manual_seed(0))["logprob"]
+    assert not torch.allclose(loaded.act(obs, torch.Generator().manual_seed(0))["logprob"], learner)
