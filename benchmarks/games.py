@@ -23,6 +23,11 @@ selfplay_throughput: self-play collection (``SelfPlayCollector``, a PPO with ppo
 all four seats) on Hearts with ``--games`` games against the bare pyspiel random loop, interleaved rounds.
 credit_cost: the per-seat credit's share of a PPO update on one Hearts rollout (``--games`` x 32 ticks).
     python benchmarks/games.py --sections selfplay_throughput,credit_cost --games 64
+
+spo_vs_ppo: SPO self-play (configs/spo_connect_four.yaml) against PPO self-play (configs/ppo_connect_four.yaml) on
+Connect Four, both trained to ``--c4-steps`` env steps, ``--c4-match-games`` games with seats alternated (SPO's
+win rate with its Wilson interval), and each against random.
+    python benchmarks/games.py --sections spo_vs_ppo --c4-steps 30720 --c4-match-games 400
 """
 
 from __future__ import annotations
@@ -243,6 +248,107 @@ def run_credit_cost(num_games: int, num_steps: int, repeats: int, seed: int) -> 
           f"whole update {update * 1e3:.0f} ms; share {credit / update:.1%} (target < 5%)")  # fmt: skip
 
 
+def _c4_record(module: Any, opponent: Any, games: int, seed: int) -> tuple[int, int, int]:
+    """``(wins, draws, losses)`` of ``module`` (sampling from its policy network) in ``games`` Connect Four games
+    against ``opponent``, seats alternated (the match driver, half the games in each seat)."""
+    from rl_lightning.games import PolicyBot, play_match
+
+    env = OpenSpielEnv("open_spiel:connect_four")
+    module.eval()
+    result = play_match(env, PolicyBot(module, deterministic=False, seed=seed), opponent, games // 2, seed=seed,
+                        duplicate=False, baseline=False)  # fmt: skip
+    score = result.seat_scores()  # [games / 2, 2]: the tested player's return in seat 0, then in seat 1
+    return int((score > 0).sum()), int((score == 0).sum()), int((score < 0).sum())
+
+
+def _rate(record: tuple[int, int, int]) -> str:
+    from rl_lightning.games.stats import wilson_interval
+
+    wins, draws, losses = record
+    rate = wilson_interval(wins, wins + draws + losses)
+    return f"win {rate.mean:.3f} [{rate.low:.3f}, {rate.high:.3f}] (W/D/L {wins}/{draws}/{losses})"
+
+
+def run_spo_vs_ppo(env_steps: int, games: int, workdir: str, spo_ckpt: str, ppo_ckpt: str, seed: int) -> None:
+    """SPO self-play against PPO self-play on Connect Four at equal env steps (decisions of both seats).
+
+    Trains ``configs/spo_connect_four.yaml`` and ``configs/ppo_connect_four.yaml`` to ``env_steps`` each (one after
+    the other, shipped settings otherwise), unless their checkpoints are given, then plays SPO's policy network
+    against PPO's (both sampling, seats alternated) and each against uniformly random play. SPO plays its prior
+    alone here: the match driver's players see observations, not the engine state a search would step.
+    """
+    import subprocess
+
+    from rl_lightning.games.panel import _load_module
+
+    work = Path(workdir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    root = Path(__file__).resolve().parents[1]
+    checkpoints = {"spo": spo_ckpt, "ppo": ppo_ckpt}
+    for algo in ("spo", "ppo"):
+        if checkpoints[algo]:
+            continue
+        args = ["fit", "--config", str(root / "configs" / f"{algo}_connect_four.yaml"),
+                "--data.init_args.total_env_steps", str(env_steps), "--trainer.logger.init_args.save_dir",
+                str(work / "runs"), "--trainer.logger.init_args.version", f"steps_{env_steps}",
+                "--trainer.enable_progress_bar", "false"]  # fmt: skip
+        start = time.perf_counter()
+        with open(work / f"{algo}.log", "w") as log:
+            code = subprocess.run([sys.executable, "-m", "rl_lightning.cli", *args], cwd=work, stdout=log,
+                                  stderr=subprocess.STDOUT, check=False).returncode  # fmt: skip
+        if code != 0:
+            raise SystemExit(f"{algo} training failed; see {work / f'{algo}.log'}")
+        print(f"{algo}: trained {env_steps} env steps in {time.perf_counter() - start:.0f} s: rl-lightning "
+              f"{' '.join(args)}")  # fmt: skip
+        checkpoints[algo] = str(work / "runs" / f"{algo}_connect_four" / f"steps_{env_steps}" / "checkpoints" /
+                                "last.ckpt")  # fmt: skip
+    spo, ppo = (_load_module(checkpoints[a], torch.device("cpu")) for a in ("spo", "ppo"))
+    print(f"SPO vs PPO, {games} games, seats alternated: SPO {_rate(_c4_record(spo, _policy_bot(ppo), games, seed))}")
+    for name, module in (("SPO", spo), ("PPO", ppo)):
+        print(f"{name} vs random, {games} games: {name} {_rate(_c4_record(module, RandomBot(), games, seed + 1))}")
+    searched = _c4_search_record(spo, _policy_bot(ppo), games, seed + 2)
+    print(f"SPO with its search (its acting form) vs PPO, {games} games, seats alternated: SPO {_rate(searched)}")
+    searched = _c4_search_record(spo, RandomBot(), games, seed + 3)
+    print(f"SPO with its search vs random, {games} games: SPO {_rate(searched)}")
+
+
+def _c4_search_record(spo: Any, opponent: Any, games: int, seed: int) -> tuple[int, int, int]:
+    """``(wins, draws, losses)`` of SPO acting through its search (a draw from the target, as its evaluation plays)
+    in ``games`` Connect Four games against the bot ``opponent``, seats alternated; a loop of its own, since the
+    match driver's players see observations, not the engine state the search steps."""
+    from rl_lightning.algos.spo.search import smc_search
+
+    env = OpenSpielEnv("open_spiel:connect_four")
+    spo.eval()
+    gen = torch.Generator().manual_seed(seed)
+    scores = []
+    for seat in (0, 1):
+        state = env.reset_state(games // 2, gen)
+        obs, index = env.observe(state), torch.arange(games // 2)
+        score = torch.zeros(games // 2)
+        while len(index):
+            action = opponent(obs[keys.OBS], obs[keys.ACTION_MASK], obs[keys.SEAT], gen)
+            rows = (obs[keys.SEAT] == seat).nonzero().squeeze(-1)
+            if len(rows):
+                found = smc_search(env, state[rows], obs[rows], spo.prior, spo.search_config,
+                                   spo.search_temperature(), gen)  # fmt: skip
+                action[rows] = found.action
+            state, out = env.step_state(state, action, gen, inplace=True)
+            ended = out[keys.TERMINATED] | out[keys.TRUNCATED]
+            score[index[ended]] = out[GAME_SCORE][ended, seat]
+            env.release(state[ended])
+            state, obs, index = state[~ended], out[~ended], index[~ended]
+        scores.append(score)
+    score = torch.cat(scores)
+    return int((score > 0).sum()), int((score == 0).sum()), int((score < 0).sum())
+
+def _policy_bot(module: Any) -> Any:
+    from rl_lightning.games import PolicyBot
+
+    module.eval()
+    return PolicyBot(module, deterministic=False, seed=7)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sections", default="bots,throughput",
@@ -254,10 +360,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per throughput measurement")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved throughput rounds")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--c4-steps", type=int, default=30_720, help="spo_vs_ppo: env steps each algorithm trains")
+    parser.add_argument("--c4-match-games", type=int, default=400, help="spo_vs_ppo: games per match")
+    parser.add_argument("--c4-workdir", default="bench_spo_vs_ppo", help="spo_vs_ppo: runs and logs go here")
+    parser.add_argument("--spo-ckpt", default="", help="spo_vs_ppo: an SPO checkpoint to play (skips training)")
+    parser.add_argument("--ppo-ckpt", default="", help="spo_vs_ppo: a PPO checkpoint to play (skips training)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     sections = {s.strip() for s in args.sections.split(",") if s.strip()}
     known = {"bots", "throughput", "panel", "selfplay_throughput", "credit_cost"}
+    known.add("spo_vs_ppo")
     unknown = sections - known
     if unknown:
         parser.error(f"--sections: unknown {sorted(unknown)}; choose from {','.join(sorted(known))}")
@@ -271,6 +383,8 @@ def main() -> None:
         run_selfplay_throughput(args.games, args.seconds, args.rounds, args.seed)
     if "credit_cost" in sections:
         run_credit_cost(args.games, 32, args.rounds, args.seed)
+    if "spo_vs_ppo" in sections:
+        run_spo_vs_ppo(args.c4_steps, args.c4_match_games, args.c4_workdir, args.spo_ckpt, args.ppo_ckpt, args.seed)
 
 
 if __name__ == "__main__":
