@@ -342,6 +342,7 @@ def _c4_search_record(spo: Any, opponent: Any, games: int, seed: int) -> tuple[i
     score = torch.cat(scores)
     return int((score > 0).sum()), int((score == 0).sum()), int((score < 0).sum())
 
+
 def _policy_bot(module: Any) -> Any:
     from rl_lightning.games import PolicyBot
 
