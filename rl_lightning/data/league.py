@@ -98,9 +98,14 @@ def frozen_copy(module: Any, state: dict[str, torch.Tensor] | None = None) -> An
     return copy.to(module.device)
 
 
-def module_actor(module: Any) -> Actor:
-    """A frozen module as an ``Actor``: its stochastic training policy."""
-    return lambda obs, generator: module.act(obs, generator)[keys.ACTION]
+class ModuleActor:
+    """A frozen module (a league snapshot, a checkpoint) as an ``Actor``: its stochastic training policy."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+
+    def __call__(self, obs: TensorDict, generator: torch.Generator) -> torch.Tensor:
+        return self.module.act(obs, generator)[keys.ACTION]
 
 
 class League:
@@ -202,7 +207,7 @@ class SeatPlayers:
         for spec, player in self.fixed_ids.items():
             if spec.endswith(".ckpt"):
                 loaded = type(module).load_from_checkpoint(spec, map_location=module.device, weights_only=False)
-                self.actors[player] = module_actor(loaded.requires_grad_(False).eval())
+                self.actors[player] = ModuleActor(loaded.requires_grad_(False).eval())
 
     def to(self, device: torch.device) -> SeatPlayers:
         """Keep the player tables on ``device`` (the env's)."""
@@ -215,7 +220,7 @@ class SeatPlayers:
         players = list(self.actors.items())
         if self.league is not None:
             first = self.league_first_id
-            players += [(first + k, module_actor(slot)) for k, slot in enumerate(self.league.slots)]
+            players += [(first + k, ModuleActor(slot)) for k, slot in enumerate(self.league.slots)]
         return players
 
     def assign(self, num_games: int) -> torch.Tensor:
