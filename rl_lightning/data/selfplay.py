@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rl_lightning import keys
+from rl_lightning import keys, stop
 from rl_lightning.data.collector import Policy
 from rl_lightning.data.collector_base import CollectorBase
 from rl_lightning.data.episode_stats import FinishedEpisodes
@@ -76,6 +76,7 @@ class SelfPlayCollector(CollectorBase):
         storage: dict[str, Any] = {}
         finished: list[tuple[torch.Tensor, ...]] = []
         for t in range(num_steps):
+            stop.check()  # a stop request ends the rollout here; the checkpoint is the last update's
             obs = self._obs
             acted = policy(obs, self.generator)
             player = self._player.gather(1, obs[keys.SEAT].unsqueeze(1)).squeeze(1)
