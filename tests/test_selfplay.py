@@ -170,3 +170,44 @@ def test_update_shuffles_every_learning_row_when_they_do_not_split_evenly():
     module.update(batch, torch.optim.Adam(module.parameters()))
     assert len(seen) == 12 * 2 * (rows // 2)
     assert set(seen) == set(range(rows))
+
+
+def test_a_carried_decision_gets_the_credit_it_would_have_in_one_long_rollout():
+    """Two rollouts of 7 ticks, carried rows included, credit each open decision exactly as one 14-tick rollout."""
+    from tensordict import TensorDict
+
+    from rl_lightning.data.league import SeatPlayers, random_actor
+    from rl_lightning.data.selfplay import SelfPlayCollector
+    from rl_lightning.envs.base import BatchedEnv
+
+    seats, steps = 3, 7
+    env = BatchedEnv(TurnToy(seats, p_end=0.1, max_episode_steps=9), 6, seed=4)
+    collector = SelfPlayCollector(env, SeatPlayers(["self"] * seats, None, env.device), seed=5)
+
+    def policy(obs, generator):
+        return TensorDict({keys.ACTION: random_actor(obs, generator)}, batch_size=obs.batch_size)
+
+    def credit_of(batch):
+        value = batch[keys.OBS].sum(-1).double()  # any fixed function of the seat's view
+        final_value = batch[keys.FINAL_OBS].sum(-1).double()
+        return seat_credit(batch[keys.SEAT], batch[keys.REWARD].double(), batch[keys.TERMINATED],
+                           batch[keys.TRUNCATED], value, final_value)  # fmt: skip
+
+    first, second = collector.rollout(policy, steps, 0), collector.rollout(policy, steps, 0)
+    long = torch.cat([first[seats:], second[seats:]])
+    whole, split = credit_of(long), credit_of(second)
+    carried = 0
+    for b in range(6):
+        for j in range(seats):
+            if not second[LEARNER][j, b]:
+                continue
+            carried += 1
+            # The carried row of seat j is seat j's last decision in the first rollout's ticks.
+            ticks = (first[keys.SEAT][seats:, b] == j).nonzero().flatten()
+            t = int(ticks[-1])
+            assert torch.equal(second[keys.OBS][j, b], first[keys.OBS][seats + t, b])
+            assert float(split.reward[j, b]) == pytest.approx(float(whole.reward[t, b]))
+            assert float(split.next_value[j, b]) == pytest.approx(float(whole.next_value[t, b]))
+            assert bool(split.terminated[j, b]) == bool(whole.terminated[t, b])
+            assert bool(split.open[j, b]) == bool(whole.open[t, b])
+    assert carried >= 6
