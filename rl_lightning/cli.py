@@ -289,17 +289,17 @@ def main(args: Sequence[str] | None = None) -> None:
     checkpoint it saved) are part of the line.
     """
     try:
-        with stop.signals_request_stop():
-            argv = list(sys.argv[1:] if args is None else args)
-            if argv[:1] == ["export"]:  # its own small parser: no trainer, no config
-                from rl_lightning.export.cli import main as export_main
+        argv = list(sys.argv[1:] if args is None else args)
+        if argv[:1] == ["export"]:  # its own small parser: no trainer, no config
+            from rl_lightning.export.cli import main as export_main
 
-                export_main(argv[1:])
-            elif argv[:1] == ["record"]:  # a bot's games as behaviour-cloning records (rl_lightning/data/records.py)
-                from rl_lightning.data.record_cli import main as record_main
+            export_main(argv[1:])
+        elif argv[:1] == ["record"]:  # a bot's games as behaviour-cloning records (rl_lightning/data/records.py)
+            from rl_lightning.data.record_cli import main as record_main
 
-                record_main(argv[1:])
-            else:
+            record_main(argv[1:])
+        else:  # only fit/validate/test poll the stop request; the other commands keep Python's signal defaults
+            with stop.signals_request_stop():
                 cli_main(args)
         close_process_group()
     except SIGTERMException as err:  # SIGTERM or a first Ctrl+C: raised by ``stop.check()`` or at an update boundary

@@ -63,3 +63,19 @@ def test_the_python_api_exits_with_128_plus_the_signal_and_one_line(tmp_path: Pa
     assert len(lines) == 1
     assert lines[0].startswith("rl-lightning: error: stopped by SIGINT; checkpoint of update 1 saved to "), lines[0]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored after the run
+
+
+def test_only_fit_validate_and_test_turn_signals_into_stop_requests(monkeypatch):
+    """The other commands poll nothing: they keep Python's SIGTERM (end now) and Ctrl+C (KeyboardInterrupt)."""
+    import rl_lightning.cli as cli
+    import rl_lightning.export.cli as export_cli
+
+    seen = {}
+    monkeypatch.setattr(cli, "cli_main", lambda args: seen.setdefault("fit", signal.getsignal(signal.SIGTERM)))
+    monkeypatch.setattr(export_cli, "main", lambda argv: seen.setdefault("export", signal.getsignal(signal.SIGTERM)))
+    outside = signal.getsignal(signal.SIGTERM)
+    cli.main(["fit"])
+    cli.main(["export"])
+    assert seen["export"] is outside
+    assert seen["fit"] is not outside  # the stop handler, while the fit runs
+    assert signal.getsignal(signal.SIGTERM) is outside
