@@ -31,7 +31,8 @@ class RLCheckpoint(ModelCheckpoint):
         for name in ("every_n_train_steps", "every_n_epochs", "train_time_interval"):
             if kwargs.get(name):
                 raise ConfigError(f"RLCheckpoint: {name} is not supported; use every_n_updates or every_n_env_steps")
-        kwargs.setdefault("save_last", True)
+        if kwargs.get("save_last") is None:  # the CLI passes ``save_last: null`` when a YAML leaves it out
+            kwargs["save_last"] = True
         if kwargs.get("filename") is None:  # the CLI passes every ModelCheckpoint argument, ``filename: null`` too
             kwargs["filename"] = "{env_steps:.0f}"  # env_steps=N.ckpt: the RL clock, not optimiser steps
         super().__init__(every_n_train_steps=0, every_n_epochs=0, **kwargs)
