@@ -28,6 +28,11 @@ spo_vs_ppo: SPO self-play (configs/spo_connect_four.yaml) against PPO self-play 
 Connect Four, both trained to ``--c4-steps`` env steps, ``--c4-match-games`` games with seats alternated (SPO's
 win rate with its Wilson interval), and each against random.
     python benchmarks/games.py --sections spo_vs_ppo --c4-steps 30720 --c4-match-games 400
+
+bc: behaviour cloning as PPO's starting point on Hearts (``benchmarks/_games_bc.py``): BC on HeartsHeuristic's games,
+then PPO self-play from its weights and from scratch side by side; points per hand against three random seats at
+each checkpoint.
+    python benchmarks/games.py --sections bc --bc-games 300 --ppo-steps 204800 --seconds 900
 """
 
 from __future__ import annotations
@@ -366,11 +371,19 @@ def main() -> None:
     parser.add_argument("--c4-workdir", default="bench_spo_vs_ppo", help="spo_vs_ppo: runs and logs go here")
     parser.add_argument("--spo-ckpt", default="", help="spo_vs_ppo: an SPO checkpoint to play (skips training)")
     parser.add_argument("--ppo-ckpt", default="", help="spo_vs_ppo: a PPO checkpoint to play (skips training)")
+    parser.add_argument("--bc-games", type=int, default=300, help="bc: HeartsHeuristic games recorded")
+    parser.add_argument("--bc-epochs", type=int, default=5, help="bc: BC training epochs")
+    parser.add_argument("--ppo-steps", type=int, default=204_800, help="bc: env-step budget of each PPO run")
+    parser.add_argument("--ckpt-every", type=int, default=20_480, help="bc: env steps between scored checkpoints")
+    parser.add_argument("--eval-hands", type=int, default=400, help="bc: hands per checkpoint evaluation")
+    parser.add_argument("--target", type=float, default=5.0, help="bc: points-per-hand level against random")
+    parser.add_argument("--workdir", default="bench_bc", help="bc: records, runs and logs go here")
     args = parser.parse_args()
     torch.set_num_threads(1)
     sections = {s.strip() for s in args.sections.split(",") if s.strip()}
     known = {"bots", "throughput", "panel", "selfplay_throughput", "credit_cost"}
     known.add("spo_vs_ppo")
+    known.add("bc")
     unknown = sections - known
     if unknown:
         parser.error(f"--sections: unknown {sorted(unknown)}; choose from {','.join(sorted(known))}")
@@ -386,6 +399,11 @@ def main() -> None:
         run_credit_cost(args.games, 32, args.rounds, args.seed)
     if "spo_vs_ppo" in sections:
         run_spo_vs_ppo(args.c4_steps, args.c4_match_games, args.c4_workdir, args.spo_ckpt, args.ppo_ckpt, args.seed)
+    if "bc" in sections:
+        from benchmarks._games_bc import run_bc
+
+        run_bc(args.bc_games, args.bc_epochs, args.ppo_steps, args.ckpt_every, args.seconds, args.eval_hands,
+               args.target, args.workdir, args.seed)  # fmt: skip
 
 
 if __name__ == "__main__":

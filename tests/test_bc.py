@@ -194,3 +194,16 @@ def test_meta_json_of_records_is_plain_json(hearts_records):
     meta = json.loads((path / "meta.json").read_text())
     assert meta["format"] == "rl_lightning.records"
     assert meta["obs_dtype"] == "float32"
+
+
+def test_missing_records_are_recorded_at_start_up_when_a_bot_is_set(tmp_path):
+    env = OpenSpielEnv("open_spiel:hearts")
+    path = tmp_path / "fresh"
+    datamodule = BCDataModule(env, str(path), bot="rl_lightning.envs.games.bots.HeartsHeuristic", record_games=2)
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    assert json.loads((path / "meta.json").read_text())["games"] == 2
+    assert len(datamodule.val_rows) > 0  # one of the two games held out
+    assert len(datamodule.train_rows) > 0
+    with pytest.raises(ConfigError, match="data.path='nowhere': no such records"):
+        BCDataModule(env, "nowhere")
