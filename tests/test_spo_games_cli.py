@@ -42,3 +42,38 @@ def test_spo_on_hearts_is_one_line_and_writes_nothing(tmp_path):
     assert "hidden cards" in line
     assert "PPO self-play" in line
     assert snapshot(tmp_path) == before
+
+
+def test_spo_on_a_pettingzoo_game_is_one_line_and_writes_nothing(tmp_path):
+    """PettingZoo games cannot snapshot: refused even where the user declares perfect information. The refusal comes
+    at the datamodule's setup, after Lightning has opened the logger's event file (it does so before any setup hook),
+    so that empty file is all the failed run leaves; no checkpoint, no config."""
+    pytest.importorskip("pettingzoo")
+    config = tmp_path / "spo_pz.yaml"
+    config.write_text(
+        f"""
+model:
+  class_path: rl_lightning.algos.SPO
+  init_args: {{hidden_sizes: [16], num_particles: 4, search_depth: 2}}
+data:
+  class_path: rl_lightning.data.ReplayDataModule
+  init_args:
+    env:
+      class_path: rl_lightning.envs.PettingZooEnv
+      init_args: {{env_id: classic/connect_four-v3, perfect_information: true}}
+    num_envs: 2
+    rollout_length: 8
+    sequence_length: 8
+    total_env_steps: 64
+trainer:
+  accelerator: cpu
+  logger:
+    class_path: lightning.pytorch.loggers.TensorBoardLogger
+    init_args: {{save_dir: {tmp_path / "runs"}, name: spo_pz}}
+"""
+    )
+    before = snapshot(tmp_path)
+    line = error_line(run_cli(["fit", "--config", str(config)], tmp_path))
+    assert "data.env: SPO searches on env snapshots, and PettingZooEnv cannot snapshot" in line
+    new = set(snapshot(tmp_path)) - set(before)
+    assert all("events.out.tfevents" in path for path in new), new
