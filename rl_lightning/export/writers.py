@@ -57,11 +57,12 @@ def _write_program(graph: PolicyGraph, path: Path) -> None:
 
 
 def _write_onnx(graph: PolicyGraph, path: Path) -> None:
-    program = exported_program(graph)
     try:
+        import onnx  # noqa: F401
         import onnxscript  # noqa: F401 - the dynamo exporter translates with it
     except ImportError:
         raise ConfigError("export --format onnx needs onnx and onnxscript: pip install -e '.[export]'") from None
+    program = exported_program(graph)
     names = [t.name for t in graph.inputs]
     try:
         with warnings.catch_warnings():
