@@ -298,6 +298,10 @@ def main(args: Sequence[str] | None = None) -> None:
             from rl_lightning.data.record_cli import main as record_main
 
             record_main(argv[1:])
+        elif argv[:1] == ["tune"]:  # an Optuna study whose trials are fits (rl_lightning/tune/)
+            from rl_lightning.tune.cli import main as tune_main
+
+            tune_main(argv[1:])
         else:  # only fit/validate/test poll the stop request; the other commands keep Python's signal defaults
             with stop.signals_request_stop():
                 cli_main(args)

@@ -1,0 +1,91 @@
+"""``rl-lightning tune`` as a user runs it: a study of real fits, its database, table, best config and pruning."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.cli_subprocess import run_cli
+
+optuna = pytest.importorskip("optuna")
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+
+# Tiny budgets: 4 updates of 64 env steps, evaluated every 128 env steps on 2 episodes.
+FAST = [
+    "--data.init_args.num_envs", "4", "--data.init_args.num_steps", "16", "--data.init_args.total_env_steps", "512",
+    "--model.init_args.update_epochs", "2",
+]  # fmt: skip
+EVAL = {"trainer": {"callbacks+": [{"class_path": "rl_lightning.callbacks.Evaluation",
+                                     "init_args": {"every_n_env_steps": 128, "num_episodes": 2}}]}}  # fmt: skip
+
+
+def _write(path: Path, data: dict) -> str:
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def _eval_curve(run_dir: Path) -> list[tuple[int, float]]:
+    accumulator = EventAccumulator(str(run_dir))
+    accumulator.Reload()
+    return [(e.step, e.value) for e in accumulator.Scalars("eval/episode_return")]
+
+
+def test_tune_cli_end_to_end_pendulum_two_seeds(tmp_path):
+    """Study db, table, per-seed TensorBoard runs whose eval/episode_return is the objective (mean over seeds of
+    the last 2 evaluations), seeds applied (different seeds, different curves), and a best.yaml that fit runs."""
+    search = _write(tmp_path / "search.yaml", {"model.init_args.lr": {"low": 1e-4, "high": 1e-2, "log": True}})
+    ev = _write(tmp_path / "eval.yaml", EVAL)
+    args = ["tune", "--config", "ppo_pendulum.yaml", "--config", ev, "--search", search, "--n_trials", "2",
+            "--seeds_per_trial", "2", "--last_k", "2", "--pruner", "none", "--dir", "study", *FAST]  # fmt: skip
+    result = run_cli(args, cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    study_dir = tmp_path / "study"
+    assert (study_dir / "study.db").is_file()
+    header = next(line for line in result.stdout.splitlines() if line.startswith("trial "))
+    assert "state" in header
+    assert "model.init_args.lr" in header
+    study = optuna.load_study(study_name="ppo_pendulum", storage=f"sqlite:///{study_dir / 'study.db'}")
+    trials = study.get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
+    for trial in trials:
+        per_seed = []
+        for seed in range(2):
+            run = study_dir / f"trial_{trial.number:04d}" / f"seed_{seed}"
+            assert yaml.safe_load((run / "config.yaml").read_text())["seed_everything"] == 1 + seed
+            curve = _eval_curve(run)
+            assert [s for s, _ in curve] == [128, 256, 384, 512]
+            per_seed.append(sum(v for _, v in curve[-2:]) / 2)
+        assert per_seed[0] != per_seed[1], "both seeds gave the same evaluations: seeds not applied"
+        assert trial.value == pytest.approx(sum(per_seed) / 2, rel=1e-5)
+        assert sorted(trial.intermediate_values) == [128, 256, 384, 512]
+    best = max(trials, key=lambda t: t.value)
+    best_config = yaml.safe_load((study_dir / "best.yaml").read_text())
+    assert best_config["model"]["init_args"]["lr"] == pytest.approx(best.params["model.init_args.lr"])
+    fit = run_cli(["fit", "--config", str(study_dir / "best.yaml"), "--trainer.logger.init_args.save_dir", "again"],
+                  cwd=tmp_path, timeout=300)  # fmt: skip
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    assert math.isfinite(_eval_curve(next((tmp_path / "again").rglob("events.out.*")).parent)[-1][1])
+
+
+def test_median_pruner_stops_a_bad_trial_before_its_budget(tmp_path):
+    """Two good enqueued trials, then lr=1e-9 (never learns): pruned from its reports, its fit stopped early."""
+    search = _write(tmp_path / "search.yaml", {"model.init_args.lr": {"low": 1e-9, "high": 1e-2, "log": True}})
+    ev = _write(tmp_path / "eval.yaml", EVAL)
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="prune", storage=storage, direction="maximize")
+    for lr in (3e-3, 3e-3, 1e-9):
+        study.enqueue_trial({"model.init_args.lr": lr})
+    budget = ["--data.init_args.total_env_steps", "2048", "--model.init_args.update_epochs", "8"]
+    args = ["tune", "--config", "ppo.yaml", "--config", ev, "--search", search, "--n_trials", "3",
+            "--storage", storage, "--study_name", "prune", "--dir", "study", "--pruner_startup_trials", "2",
+            *FAST, *budget]  # fmt: skip
+    result = run_cli(args, cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    trials = optuna.load_study(study_name="prune", storage=storage).get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE", "PRUNED"], result.stdout[-2000:]
+    assert max(trials[2].intermediate_values) < 2048
+    steps = [s for s, _ in _eval_curve(tmp_path / "study" / "trial_0002" / "seed_0")]
+    assert max(steps) < 2048, f"the pruned fit went on to {steps}"
