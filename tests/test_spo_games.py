@@ -319,3 +319,22 @@ def test_module_critic_loss_uses_the_per_seat_targets():
                       keys.TRUNCATED: torch.zeros_like(terminated)}, batch_size=[5, 1])  # fmt: skip
     loss, _ = module._critic_terms(seq)
     torch.testing.assert_close(loss, torch.tensor(0.5 * (1.0 + 1.0 + 0.0625) / 3))
+
+
+def test_module_critic_bootstraps_a_truncated_game_from_each_seats_final_view():
+    """Both seats' last decisions before a truncation bootstrap from their own final view: V' = 0.5 everywhere
+    (target critic), so each target is γ·0.5 and the loss ½·(0.45)² (online critic zero)."""
+    env = Nim(stones=5, max_steps=2)
+    module = SPO(env_spec=env.spec, hidden_sizes=(8,), gamma=0.9, gae_lambda=1.0)
+    for critic, bias in ((module.critic, 0.0), (module.target_critic, 0.5)):
+        torch.nn.init.zeros_(critic[-1].weight)
+        torch.nn.init.constant_(critic[-1].bias, bias)
+    seat = torch.tensor([0, 1]).unsqueeze(1)
+    truncated = torch.tensor([False, True]).unsqueeze(1)
+    final = torch.zeros(2, 1, 2, 12)  # every seat's view of the last state, on the truncated row only
+    final[1, 0] = torch.stack([env.view(torch.tensor(3), torch.tensor(s)) for s in (0, 1)])
+    seq = TensorDict({keys.OBS: env.view(torch.tensor([5, 4]), seat.squeeze(1)).unsqueeze(1), keys.SEAT: seat,
+                      keys.REWARD: torch.zeros(2, 1, 2), keys.TERMINATED: torch.zeros_like(truncated),
+                      keys.TRUNCATED: truncated, keys.FINAL_OBS: final}, batch_size=[2, 1])  # fmt: skip
+    loss, _ = module._critic_terms(seq)
+    torch.testing.assert_close(loss, torch.tensor(0.5 * 0.45**2))
