@@ -54,6 +54,11 @@ def main(out_dir: str, algo: str) -> None:
         module, dm = tiny_dreamer(total_env_steps=48, learning_starts=1, compile_update=algo == "dreamer_compiled")
     elif algo == "spo":
         module, dm = tiny_spo(rollout_length=16, total_env_steps=64 * 2 * 3)
+    elif algo == "recurrent_ppo":  # each rank carries its own envs' LSTM states; 3 updates of 64 steps per rank
+        from rl_lightning.algos import RecurrentPPO
+
+        _, dm = tiny_ppo(total_env_steps=64 * 2 * 3)
+        module = RecurrentPPO(env_spec=dm.env_spec, core_size=8, hidden_sizes=(16,), update_epochs=2, num_minibatches=2)
     else:  # 3 updates of 64 steps on each of 2 ranks; "ppo_norm": the digest covers the normaliser buffers
         norm = {"normalize_obs": True, "normalize_reward": True} if algo == "ppo_norm" else {}
         module, dm = tiny_ppo(total_env_steps=64 * 2 * 3, **norm)

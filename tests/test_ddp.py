@@ -14,7 +14,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("algo", ["ppo", "ppo_norm", "spo", "dreamer", "dreamer_f64", "dreamer_compiled"])
+@pytest.mark.parametrize(
+    "algo", ["ppo", "ppo_norm", "recurrent_ppo", "spo", "dreamer", "dreamer_f64", "dreamer_compiled"]
+)
 def test_ddp_two_cpu_processes(tmp_path, algo):
     if algo == "dreamer_f64":
         pytest.importorskip("mujoco")
