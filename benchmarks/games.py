@@ -315,12 +315,19 @@ def run_spo_vs_ppo(env_steps: int, games: int, workdir: str, spo_ckpt: str, ppo_
     print(f"SPO with its search (its acting form) vs PPO, {games} games, seats alternated: SPO {_rate(searched)}")
     searched = _c4_search_record(spo, RandomBot(), games, seed + 3)
     print(f"SPO with its search vs random, {games} games: SPO {_rate(searched)}")
+    greedy = _policy_bot(ppo, deterministic=True)  # PPO's evaluation form (its GameEvaluation plays greedy)
+    print(f"SPO vs greedy PPO, {games} games: SPO {_rate(_c4_record(spo, greedy, games, seed + 4))}")
+    searched = _c4_search_record(spo, greedy, games, seed + 5)
+    print(f"SPO with its search vs greedy PPO, {games} games: SPO {_rate(searched)}")
+    searched = _c4_search_record(spo, greedy, games, seed + 6, greedy=True)
+    print(f"SPO with its search, greedy read-out, vs greedy PPO, {games} games: SPO {_rate(searched)}")
 
 
-def _c4_search_record(spo: Any, opponent: Any, games: int, seed: int) -> tuple[int, int, int]:
-    """``(wins, draws, losses)`` of SPO acting through its search (a draw from the target, as its evaluation plays)
-    in ``games`` Connect Four games against the bot ``opponent``, seats alternated; a loop of its own, since the
-    match driver's players see observations, not the engine state the search steps."""
+def _c4_search_record(spo: Any, opponent: Any, games: int, seed: int, greedy: bool = False) -> tuple[int, int, int]:
+    """``(wins, draws, losses)`` of SPO acting through its search (a draw from the target, as its evaluation plays;
+    ``greedy``: the target's argmax, its ``eval_greedy`` form) in ``games`` Connect Four games against the bot
+    ``opponent``, seats alternated; a loop of its own, since the match driver's players see observations, not the
+    engine state the search steps."""
     from rl_lightning.algos.spo.search import smc_search
 
     env = OpenSpielEnv("open_spiel:connect_four")
@@ -336,7 +343,7 @@ def _c4_search_record(spo: Any, opponent: Any, games: int, seed: int) -> tuple[i
             rows = (obs[keys.SEAT] == seat).nonzero().squeeze(-1)
             if len(rows):
                 found = smc_search(env, state[rows], obs[rows], spo.prior, spo.search_config,
-                                   spo.search_temperature(), gen)  # fmt: skip
+                                   spo.search_temperature(), gen, greedy=greedy)  # fmt: skip
                 action[rows] = found.action
             state, out = env.step_state(state, action, gen, inplace=True)
             ended = out[keys.TERMINATED] | out[keys.TRUNCATED]
@@ -348,11 +355,11 @@ def _c4_search_record(spo: Any, opponent: Any, games: int, seed: int) -> tuple[i
     return int((score > 0).sum()), int((score == 0).sum()), int((score < 0).sum())
 
 
-def _policy_bot(module: Any) -> Any:
+def _policy_bot(module: Any, deterministic: bool = False) -> Any:
     from rl_lightning.games import PolicyBot
 
     module.eval()
-    return PolicyBot(module, deterministic=False, seed=7)
+    return PolicyBot(module, deterministic=deterministic, seed=7)
 
 
 def main() -> None:
