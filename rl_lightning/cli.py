@@ -23,6 +23,7 @@ from rl_lightning.callbacks.progress import EnvStepProgressBar
 from rl_lightning.cli_args import check_yaml_syntax, join_negative_values
 from rl_lightning.errors import ConfigError, EnvError
 from rl_lightning.lineage import check_env_spec, check_family, check_weights_fit, read_checkpoint
+from rl_lightning.loggers import check_logger_config
 from rl_lightning.trainer_errors import trainer_setting_error
 
 _REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -94,6 +95,7 @@ class RLLightningCLI(LightningCLI):
         if threads < 1:
             raise ConfigError(f"num_threads={threads}: must be >= 1 (1 is fastest for small nets on CPU)")
         torch.set_num_threads(threads)
+        check_logger_config(config.get("trainer.logger"))
         if isinstance(config.get("trainer.callbacks"), list):
             config["trainer.callbacks"] = one_callback_per_class(config["trainer.callbacks"])
 

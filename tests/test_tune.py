@@ -71,21 +71,23 @@ def test_tune_cli_end_to_end_pendulum_two_seeds(tmp_path):
 
 
 def test_median_pruner_stops_a_bad_trial_before_its_budget(tmp_path):
-    """Two good enqueued trials, then lr=1e-9 (never learns): pruned from its reports, its fit stopped early."""
-    search = _write(tmp_path / "search.yaml", {"model.init_args.lr": {"low": 1e-9, "high": 1e-2, "log": True}})
+    """A good enqueued trial, then one whose episodes are cut at 5 steps (returns <= 5, where any CartPole policy
+    lasts ~8 or more): the median pruner prunes it from its intermediate reports and its fit stops early."""
+    key = "data.init_args.env.init_args.max_episode_steps"
+    search = _write(tmp_path / "search.yaml", {key: {"low": 5, "high": 500}})
     ev = _write(tmp_path / "eval.yaml", EVAL)
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     study = optuna.create_study(study_name="prune", storage=storage, direction="maximize")
-    for lr in (3e-3, 3e-3, 1e-9):
-        study.enqueue_trial({"model.init_args.lr": lr})
-    budget = ["--data.init_args.total_env_steps", "2048", "--model.init_args.update_epochs", "8"]
-    args = ["tune", "--config", "ppo.yaml", "--config", ev, "--search", search, "--n_trials", "3",
-            "--storage", storage, "--study_name", "prune", "--dir", "study", "--pruner_startup_trials", "2",
+    for steps in (500, 5):
+        study.enqueue_trial({key: steps})
+    budget = ["--data.init_args.total_env_steps", "1024", "--model.init_args.update_epochs", "4"]
+    args = ["tune", "--config", "ppo.yaml", "--config", ev, "--search", search, "--n_trials", "2",
+            "--storage", storage, "--study_name", "prune", "--dir", "study", "--pruner_startup_trials", "1",
             *FAST, *budget]  # fmt: skip
     result = run_cli(args, cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     trials = optuna.load_study(study_name="prune", storage=storage).get_trials()
-    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE", "PRUNED"], result.stdout[-2000:]
-    assert max(trials[2].intermediate_values) < 2048
-    steps = [s for s, _ in _eval_curve(tmp_path / "study" / "trial_0002" / "seed_0")]
-    assert max(steps) < 2048, f"the pruned fit went on to {steps}"
+    assert [t.state.name for t in trials] == ["COMPLETE", "PRUNED"], result.stdout[-2000:]
+    assert max(trials[1].intermediate_values) < 1024
+    steps = [s for s, _ in _eval_curve(tmp_path / "study" / "trial_0001" / "seed_0")]
+    assert max(steps) < 1024, f"the pruned fit went on to {steps}"
