@@ -64,6 +64,19 @@ def fit_checkpoint(tmp_path: Path, case: str) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``checkpoint(case)``: the case's checkpoint, fitted once per module (tests share fits)."""
+    fitted: dict[str, Path] = {}
+
+    def get(case: str) -> Path:
+        if case not in fitted:
+            fitted[case] = fit_checkpoint(tmp_path_factory.mktemp(case), case)
+        return fitted[case]
+
+    return get
+
+
 def record(env: Any, ticks: int, num_envs: int = 8, seed: int = 0) -> list[TensorDict]:
     """``ticks`` env outputs of ``num_envs`` envs stepped with uniformly random (legal) actions."""
     batched = BatchedEnv(env, num_envs, seed=seed)
@@ -134,8 +147,8 @@ FEEDFORWARD = [case for case in CASES if not case.startswith("dreamer")]
 
 
 @pytest.mark.parametrize("case", FEEDFORWARD)
-def test_exported_policy_acts_as_load_policy(tmp_path, case):
-    ckpt = fit_checkpoint(tmp_path, case)
+def test_exported_policy_acts_as_load_policy(checkpoint, case):
+    ckpt = checkpoint(case)
     paths, graph = export_both(ckpt)
     policy = load_policy(str(ckpt), deterministic=True)
     module = policy.module
@@ -163,9 +176,9 @@ def test_exported_policy_acts_as_load_policy(tmp_path, case):
 
 
 @pytest.mark.parametrize("case", ["ppo_pendulum_normalized", "ppo_dict_normalized", "spo_pendulum_normalized"])
-def test_normaliser_in_the_graph_matters(tmp_path, case):
+def test_normaliser_in_the_graph_matters(checkpoint, tmp_path, case):
     # The parity above can only catch a graph that skips the normaliser if the statistics move the outputs.
-    ckpt = fit_checkpoint(tmp_path, case)
+    ckpt = checkpoint(case)
     graph = export_policy(ckpt, "torch_export", tmp_path / "p.pt2")[1]
     steps = record(CASES[case][0](), 16)
     inputs = [torch.from_numpy(v) for v in feeds(graph, torch.cat([s.select(keys.OBS) for s in steps])).values()]
@@ -176,8 +189,8 @@ def test_normaliser_in_the_graph_matters(tmp_path, case):
     assert (normalised - raw).abs().max() > 1e-3
 
 
-def test_dreamer_player_carries_its_state_across_episode_boundaries(tmp_path):
-    ckpt = fit_checkpoint(tmp_path, "dreamer_cartpole")
+def test_dreamer_player_carries_its_state_across_episode_boundaries(checkpoint):
+    ckpt = checkpoint("dreamer_cartpole")
     paths, graph = export_both(ckpt)
     assert [t.name for t in graph.inputs] == ["obs", "is_first", "state/deter", "state/stoch", "state/prev_action"]
     assert graph.outputs == ["action", "logits", "next_state/deter", "next_state/stoch", "next_state/prev_action"]
@@ -205,8 +218,8 @@ def test_dreamer_player_carries_its_state_across_episode_boundaries(tmp_path):
                           zip(carry[fmt], out[-3:], strict=True)}  # fmt: skip
 
 
-def test_stochastic_export_samples_as_the_module_does_from_the_same_noise(tmp_path):
-    ckpt = fit_checkpoint(tmp_path, "ppo_tictactoe_masked")
+def test_stochastic_export_samples_as_the_module_does_from_the_same_noise(checkpoint, tmp_path):
+    ckpt = checkpoint("ppo_tictactoe_masked")
     path, graph = export_policy(ckpt, "onnx", tmp_path / "s.onnx", stochastic=True)
     assert [t.name for t in graph.inputs] == ["obs", "action_mask", "noise"]
     module = load_policy(str(ckpt)).module
@@ -219,3 +232,14 @@ def test_stochastic_export_samples_as_the_module_does_from_the_same_noise(tmp_pa
                              "noise": noise.numpy()})[0]  # fmt: skip
     np.testing.assert_array_equal(got, want.numpy())
     assert batch[keys.ACTION_MASK].gather(-1, torch.from_numpy(got).unsqueeze(-1)).all()  # legal moves only
+
+
+def test_float_mask_input_acts_as_the_bool_one(checkpoint, tmp_path):
+    ckpt = checkpoint("ppo_tictactoe_masked")
+    path, graph = export_policy(ckpt, "onnx", tmp_path / "f.onnx", mask_dtype="float32")
+    assert [(t.name, t.dtype) for t in graph.inputs][1] == ("action_mask", torch.float32)
+    batch = torch.cat([s.select(keys.OBS, keys.ACTION_MASK) for s in record(TicTacToe(), 32)])
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"obs": batch[keys.OBS].numpy(), "action_mask": batch[keys.ACTION_MASK].float().numpy()})
+    want = load_policy(str(ckpt), deterministic=True)(batch[keys.OBS], batch[keys.ACTION_MASK])
+    np.testing.assert_array_equal(got[0], want.numpy())

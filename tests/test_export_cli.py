@@ -106,6 +106,21 @@ def test_an_operator_onnx_lacks_is_named_and_nothing_is_written(cartpole_ckpt, t
     assert [p.name for p in tmp_path.iterdir()] == ["p.pt2"]
 
 
+def test_a_write_that_fails_midway_leaves_nothing(cartpole_ckpt, tmp_path, monkeypatch):
+    import rl_lightning.export.writers as writers
+
+    def half_write(graph, path):
+        path.write_bytes(b"half a file")
+        raise ConfigError("export: the disk filled up")
+
+    monkeypatch.setattr(writers, "_write_program", half_write)
+    (tmp_path / "p.pt2").write_bytes(b"an earlier export")
+    with pytest.raises(ConfigError, match="disk filled up"):
+        writers.write(policy_graph(load_policy(str(cartpole_ckpt))), "torch_export", tmp_path / "p.pt2")
+    assert [p.name for p in tmp_path.iterdir()] == ["p.pt2"]
+    assert (tmp_path / "p.pt2").read_bytes() == b"an earlier export"  # the earlier file is not clobbered
+
+
 # ----- Hearts: the bot a game engine runs ----------------------------------------------------------------------------
 
 ENGINE = """

@@ -11,14 +11,21 @@ may pass any state of the right shape, e.g. ``zero_state``'s zeros. A recurrent 
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from rl_lightning.algos import DreamerV3
+from rl_lightning.envs.base import EnvSpec
 from rl_lightning.export.policy_graph import PolicyGraph, TensorSpec
 
 
 class RecurrentGraph(PolicyGraph):
     """A ``PolicyGraph`` with ``is_first`` and the carried ``state/<name>`` tensors as inputs and ``next_state/<name>``
-    outputs. Subclasses call ``add_state`` once per carried tensor, in the order ``forward`` takes and returns them."""
+    outputs. Subclasses call ``add_state`` once per carried tensor, in the order ``forward`` takes and returns them,
+    then append ``state_outputs`` to ``outputs`` after their action and distribution outputs."""
+
+    def __init__(self, spec: EnvSpec, normalizer: nn.Module | None, mask_dtype: str, stochastic: bool) -> None:
+        super().__init__(spec, normalizer, mask_dtype, stochastic)
+        self.state_outputs: list[str] = []
 
     def add_state(self, name: str, shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> None:
         if not any(t.name == "is_first" for t in self.inputs):
@@ -47,7 +54,6 @@ class DreamerPlayerGraph(RecurrentGraph):
 
     def __init__(self, module: DreamerV3) -> None:
         super().__init__(module.env_spec, None, "bool", False)
-        self.state_outputs: list[str] = []
         networks = module.actor_networks if module.actor_networks is not None else module.acting_networks()
         self.world_model, self.actor = networks["world_model"], networks["actor"]
         self.space = module.space
