@@ -27,8 +27,9 @@ How a terminal row's tick avoids moving the env (``stepping``):
   (it zeroes the action of an ``is_last`` row and sends ``reset`` with it; its Gym wrapper resets on that step),
   and it is Gymnasium's ``AutoresetMode.NEXT_STEP`` and EnvPool's and ale-py's native autoreset: no snapshots,
   no extra env calls. Under an Atari preset that ends training episodes at a lost life while the game goes on,
-  the reset tick is that backend's play-on after the life loss (the preset's reset, or the no-op 0 where the
-  library plays on by itself), so each life is an episode of the stream.
+  the reset tick starts the next life as that backend does it (the preset's reset wrappers in the in-process and
+  vector backends, EnvPool's own play-on step, FIRE in place of the zero action on ale-py), and its frame stack
+  starts afresh: each life is an episode of the stream (``tests/test_dreamer_backends.py``).
 * ``hold`` (torch-native envs, and any other env that can snapshot): they keep the same-step contract. The env is
   stepped functionally (``step_state(..., inplace=False)``) and the state of envs showing a terminal row is kept
   with a branch-free ``torch.where`` (their state is tensors: a clone, no snapshot cost); the reset observation
