@@ -64,6 +64,9 @@ def record_games(
         raise ConfigError(f"--out {str(out)!r} exists already; pass a new directory (records are never overwritten)")
     if num_games < 1 or batch_size < 1:
         raise ConfigError(f"--games {num_games}: record at least one game (and batch_size={batch_size} >= 1)")
+    if env.spec.obs_keys:
+        raise ConfigError(f"{env.spec.name} has Dict observations; records hold one observation array per decision "
+                          "(wrap the env to flatten them)")  # fmt: skip
     partial = out.with_name(out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
