@@ -158,6 +158,7 @@ def test_dict_observations_act_and_replay_alike():
         ({"num_minibatches": 3}, {}, "model.num_minibatches=3 does not divide data.num_envs=4"),
         ({}, {"compile": True}, "data.compile=true .* does not support RecurrentPPO"),
         ({"compile_update": True}, {}, "model.compile_update=true is not supported by RecurrentPPO"),
+        ({"init_weights": "bc.ckpt"}, {}, "model.init_weights is not supported by RecurrentPPO"),
     ],
 )
 def test_unsupported_settings_are_refused_in_one_line(tmp_path, model, data, match):

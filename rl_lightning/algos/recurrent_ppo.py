@@ -42,7 +42,7 @@ class RecurrentPPO(PPO):
 
     Evaluation, ``rl-lightning validate``/``test`` and ``load_policy`` act through ``player``: a ``RecurrentPlayer``
     that carries each env's state between calls. Not supported (refused in one line): ``data.compile`` (the fused
-    rollout), ``model.compile_update``, multi-seat games.
+    rollout), ``model.compile_update``, ``model.init_weights``, multi-seat games.
 
     Args:
         env_spec: linked from ``data.env_spec`` by the CLI.
@@ -68,6 +68,11 @@ class RecurrentPPO(PPO):
             raise ConfigError(
                 "model.compile_update=true is not supported by RecurrentPPO (its update unrolls a core over time); "
                 "set model.compile_update: false"
+            )
+        if kwargs.get("init_weights"):  # PPO would load it into heads this class then replaces
+            raise ConfigError(
+                "model.init_weights is not supported by RecurrentPPO (its heads read the core, not the encoder); "
+                "remove it, or resume a RecurrentPPO run with --ckpt_path"
             )
         super().__init__(env_spec, hidden_sizes=hidden_sizes, **kwargs)
         spec = self.env_spec
