@@ -15,6 +15,7 @@ NEEDS_EXTRA = {
     "ppo_hearts": "pyspiel",
     "ppo_connect_four": "pyspiel",
     "spo_connect_four": "pyspiel",
+    "bc_hearts": "pyspiel",
 }
 
 

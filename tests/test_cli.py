@@ -23,6 +23,10 @@ def _common_overrides(tmp_path: Path) -> list[str]:
 def _fast_overrides(tmp_path: Path, config: Path) -> list[str]:
     """Two tiny updates of any bundled config (PPO: rollouts of 16 steps; SPO: also tiny search and batches)."""
     loaded = yaml.safe_load(config.read_text())
+    if loaded["model"]["class_path"].endswith(".BC"):  # behaviour cloning: 2 games recorded at start-up, 2 steps
+        return ["--data.init_args.path", str(tmp_path / "records"), "--data.init_args.record_games", "2",
+                "--data.init_args.batch_size", "32", "--trainer.max_epochs", "1", "--model.init_args.hidden_sizes",
+                "[16]", *_common_overrides(tmp_path)]  # fmt: skip
     num_envs = loaded["data"]["init_args"]["num_envs"]
     if loaded["model"]["class_path"].endswith("DreamerV3"):
         train = {
