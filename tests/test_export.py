@@ -243,3 +243,48 @@ def test_float_mask_input_acts_as_the_bool_one(checkpoint, tmp_path):
     got = session.run(None, {"obs": batch[keys.OBS].numpy(), "action_mask": batch[keys.ACTION_MASK].float().numpy()})
     want = load_policy(str(ckpt), deterministic=True)(batch[keys.OBS], batch[keys.ACTION_MASK])
     np.testing.assert_array_equal(got[0], want.numpy())
+
+
+def _tiny_recurrent_ppo(env: Any) -> Any:
+    from rl_lightning.algos import RecurrentPPO
+    from rl_lightning.data import OnPolicyDataModule
+
+    datamodule = OnPolicyDataModule(env, num_envs=4, num_steps=16, total_env_steps=128)
+    module = RecurrentPPO(env_spec=datamodule.env_spec, core_size=16, hidden_sizes=(16,), update_epochs=1,
+                          num_minibatches=2, normalize_obs=True)  # fmt: skip
+    return module, datamodule
+
+
+CASES["recurrent_ppo_cartpole"] = (CartPole, _tiny_recurrent_ppo)
+
+
+def test_recurrent_ppo_carries_its_core_state_across_episode_boundaries(checkpoint):
+    ckpt = checkpoint("recurrent_ppo_cartpole")
+    paths, graph = export_both(ckpt)
+    assert [t.name for t in graph.inputs] == ["obs", "is_first", "state/h", "state/c"]
+    assert graph.outputs == ["action", "logits", "next_state/h", "next_state/c"]
+    policy = load_policy(str(ckpt), deterministic=True)
+    policy.reset()
+    steps = record(CartPole(), NUM_OBS // 8)
+    assert any(s[keys.IS_FIRST].any() for s in steps[1:]), "no episode ended: the carry across resets is untested"
+    session = ort.InferenceSession(str(paths["onnx"]), providers=["CPUExecutionProvider"])
+    program = torch.export.load(str(paths["torch_export"])).module()
+    carry = {fmt: graph.zero_state(8) for fmt in ("onnx", "torch_export")}
+    actions = []
+    for step in steps:
+        want = policy(step[keys.OBS], is_first=step[keys.IS_FIRST])
+        actions.append(want)
+        obs, first = step[keys.OBS].numpy(), step[keys.IS_FIRST].numpy()
+        outs = {
+            "onnx": session.run(None, {"obs": obs, "is_first": first, **{k: v.numpy() for k, v in
+                                                                     carry["onnx"].items()}}),
+            "torch_export": [t.detach().numpy() for t in program(torch.from_numpy(obs), torch.from_numpy(first),
+                                                                 *carry["torch_export"].values())],
+        }  # fmt: skip
+        for fmt, out in outs.items():
+            np.testing.assert_array_equal(out[0], want.numpy(), err_msg=fmt)
+            for got, name in zip(out[-2:], ("h", "c"), strict=True):
+                np.testing.assert_allclose(got, policy.state[name].numpy(), atol=TOL, rtol=0, err_msg=fmt)
+            carry[fmt] = {name: torch.from_numpy(np.asarray(v)) for name, v in
+                          zip(carry[fmt], out[-2:], strict=True)}  # fmt: skip
+    assert len(torch.cat(actions).unique()) == 2

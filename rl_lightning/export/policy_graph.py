@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from rl_lightning.algos import PPO, SPO, DreamerV3
+from rl_lightning.algos import PPO, SPO, DreamerV3, RecurrentPPO
 from rl_lightning.envs.base import EnvSpec
 from rl_lightning.errors import ConfigError
 from rl_lightning.inference import Policy
@@ -124,15 +124,20 @@ class PPOGraph(PolicyGraph):
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         leaves, mask, rest = self.split(inputs)
-        out = self.actor(self.encoder(self.observation(leaves)))
+        return self.heads(self.actor(self.encoder(self.observation(leaves))), mask, rest[0] if rest else None)
+
+    def heads(
+        self, out: torch.Tensor, mask: torch.Tensor | None, noise: torch.Tensor | None
+    ) -> tuple[torch.Tensor, ...]:
+        """``(action, distribution parameters...)`` from the actor's output, as ``PPO.act`` reads it."""
         kind = self.spec.action_kind
         if kind == "discrete":
             logits = D.masked_logits(out, mask)
-            action = D.categorical_from_uniform(logits, rest[0]) if self.stochastic else logits.argmax(-1)
+            action = D.categorical_from_uniform(logits, noise) if noise is not None else logits.argmax(-1)
             return self.env_action(action), logits
         if kind == "box":
             log_std = self.policy_log_std.expand_as(out)
-            action = D.normal_from_noise(out, log_std, rest[0]) if self.stochastic else out
+            action = D.normal_from_noise(out, log_std, noise) if noise is not None else out
             return self.env_action(action.reshape(-1, *self.spec.action_shape)), out, log_std
         nvec = self.spec.action_nvec
         flat = D.multi_categorical_sample(out, nvec, None, True) if nvec else (out > 0).long()
@@ -178,6 +183,13 @@ def policy_graph(policy: Policy, mask_dtype: str = "bool", stochastic: bool = Fa
     if mask_dtype not in MASK_DTYPES:
         raise ConfigError(f"--mask_dtype={mask_dtype!r} is not a mask dtype; choose one of {sorted(MASK_DTYPES)}")
     module = policy.module
+    if isinstance(module, RecurrentPPO):  # before PPO: a subclass
+        from rl_lightning.export.recurrent import RecurrentPPOGraph
+
+        if stochastic:
+            raise ConfigError("--stochastic: RecurrentPPO samples without a noise input; export without --stochastic "
+                              "(the deterministic action)")  # fmt: skip
+        return RecurrentPPOGraph(module, mask_dtype).eval()
     if isinstance(module, DreamerV3):
         from rl_lightning.export.recurrent import DreamerPlayerGraph
 
@@ -189,4 +201,5 @@ def policy_graph(policy: Policy, mask_dtype: str = "bool", stochastic: bool = Fa
         return SPOPriorGraph(module, mask_dtype, stochastic).eval()
     if isinstance(module, PPO):
         return PPOGraph(module, mask_dtype, stochastic).eval()
-    raise ConfigError(f"export: {type(module).__name__} policies cannot be exported; PPO, SPO and DreamerV3 can")
+    raise ConfigError(f"export: {type(module).__name__} policies cannot be exported; PPO, RecurrentPPO, SPO and "
+                      "DreamerV3 can")

@@ -4,8 +4,8 @@ A recurrent graph takes, after the observation inputs, ``is_first`` (bool ``[B]`
 episode) and one ``state/<name>`` input per carried tensor, and returns, after the action and the distribution's
 parameters, the same tensors as ``next_state/<name>``: the caller feeds them back on the next step. Where
 ``is_first`` is True the graph resets the carry itself (as ``DreamerPlayer`` does), so the first step of a game
-may pass any state of the right shape, e.g. ``zero_state``'s zeros. A recurrent PPO fits the same seam: a
-``RecurrentGraph`` subclass with its core's carried tensors (``h``, ``c``) as ``state_names``.
+may pass any state of the right shape, e.g. ``zero_state``'s zeros. ``RecurrentPPOGraph`` carries its actor core's
+``h`` (and an LSTM's ``c``).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rl_lightning.algos import DreamerV3
+from rl_lightning.algos import DreamerV3, RecurrentPPO
 from rl_lightning.envs.base import EnvSpec
-from rl_lightning.export.policy_graph import PolicyGraph, TensorSpec
+from rl_lightning.export.policy_graph import PolicyGraph, PPOGraph, TensorSpec
 
 
 class RecurrentGraph(PolicyGraph):
@@ -77,3 +77,25 @@ class DreamerPlayerGraph(RecurrentGraph):
         env_action = self.env_action(self.space.to_env(action))
         params = (self.space.log_probs(out),) if self.space.discrete else self.space._normal(out)
         return (env_action, *params, deter, stoch, action)
+
+
+class RecurrentPPOGraph(RecurrentGraph):
+    """RecurrentPPO's actor: ``encoder → actor core (LSTM/GRU, reset where is_first) → PPO heads``.
+
+    Carried state: the actor core's ``h`` (and ``c`` for an LSTM), ``[core_size]`` each; a separate critic core
+    does not act, so it is not carried. Outputs as ``PPOGraph``'s, then ``next_state/h`` (and ``next_state/c``).
+    """
+
+    def __init__(self, module: RecurrentPPO, mask_dtype: str) -> None:
+        super().__init__(module.env_spec, module.obs_normalizer, mask_dtype, False)
+        self.ppo = PPOGraph(module, mask_dtype, False)  # the encoder and the heads
+        self.core = module.cores.actor_core
+        for name in self.core.state_names:
+            self.add_state(name, (self.core.size,))
+        self.outputs = [*self.ppo.outputs, *self.state_outputs]
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        leaves, mask, rest = self.split(inputs)
+        is_first, state = rest[0], dict(zip(self.core.state_names, rest[1:], strict=True))
+        out, after = self.core.step(self.ppo.encoder(self.observation(leaves)), state, is_first)
+        return (*self.ppo.heads(self.ppo.actor(out), mask, None), *(after[n] for n in self.core.state_names))
