@@ -211,3 +211,23 @@ def test_a_carried_decision_gets_the_credit_it_would_have_in_one_long_rollout():
             assert bool(split.terminated[j, b]) == bool(whole.terminated[t, b])
             assert bool(split.open[j, b]) == bool(whole.open[t, b])
     assert carried >= 6
+
+
+def test_a_bundled_heuristic_bot_seat_plays_from_the_observation(tmp_path):
+    """A bot seat gets the acting seat's observation tensor (the bot protocol), not the collector's TensorDict:
+    the Hearts heuristic in seat 1 of a self-play fit acts exactly as the bot does on the recorded rows."""
+    pytest.importorskip("pyspiel")
+    from rl_lightning.envs.games import OpenSpielEnv
+    from rl_lightning.envs.games.bots import HeartsHeuristic
+
+    env = OpenSpielEnv("open_spiel:hearts")
+    seats = {1: "rl_lightning.envs.games.bots.HeartsHeuristic"}
+    module, dm = tiny_selfplay(num_steps=16, total_env_steps=4 * 16, seats=seats, env=env)
+    rollouts = Rollouts()
+    _fit(tmp_path, module, dm, callbacks=[rollouts])
+    batch = rollouts.batches[-1]
+    bot_rows = (batch[keys.SEAT] == 1) & ~batch[CARRIED]
+    assert bool(bot_rows.any())
+    rows = batch[bot_rows]
+    expected = HeartsHeuristic()(rows[keys.OBS], rows[keys.ACTION_MASK], rows[keys.SEAT], torch.Generator())
+    assert torch.equal(rows[keys.ACTION], expected)

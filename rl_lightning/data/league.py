@@ -79,7 +79,7 @@ def load_bot(path: str, seat: int) -> Actor:
     bot = target() if isinstance(target, type) else target
     if not callable(bot):
         raise ConfigError(f"data.seats[{seat}]={path!r} is not callable; a bot is bot(obs, action_mask, seat, gen)")
-    return lambda obs, generator: bot(obs, obs[keys.ACTION_MASK], obs[keys.SEAT], generator)
+    return lambda obs, generator: bot(obs[keys.OBS], obs[keys.ACTION_MASK], obs[keys.SEAT], generator)
 
 
 def check_checkpoint(path: str, seat: int) -> None:
