@@ -95,3 +95,38 @@ def test_a_checkpoint_seat_plays_that_frozen_policy_and_never_trains(tmp_path):
     assert not any(p.requires_grad for p in opponent.parameters())
     for a, b in zip(opponent.state_dict().values(), first.state_dict().values()):
         assert torch.equal(a, b)  # the checkpoint's weights, unchanged by the second run's updates
+
+
+def test_league_bots_take_their_share_of_games_with_one_learning_seat_kept():
+    league = League(size=2, snapshot_every_n_updates=1, share=0.25, bots={"random": 0.25})
+    league.slots = [object()]
+    league.generator.manual_seed(0)
+    players = SeatPlayers(["self", "self"], league, torch.device("cpu"))
+    table = players.assign(4000)
+    random_id, snapshot_id = players.fixed_ids["random"], players.league_first_id
+    assert ((table == 0).sum(1) >= 1).all()  # every game keeps a learning seat
+    vs_random = (table == random_id).any(1).float().mean().item()
+    vs_snapshot = (table == snapshot_id).any(1).float().mean().item()
+    assert abs(vs_random - 0.25) < 0.03
+    assert abs(vs_snapshot - 0.25) < 0.03
+    assert not ((table == random_id).any(1) & (table == snapshot_id).any(1)).any()  # one opponent kind per game
+    league.generator.manual_seed(0)
+    without_bots = SeatPlayers(["self", "self"], League(size=2, snapshot_every_n_updates=1, share=0.25), "cpu")
+    without_bots.league.slots = [object()]
+    without_bots.league.generator.manual_seed(0)
+    plain = without_bots.assign(4000)
+    snap = without_bots.league_first_id
+    assert torch.equal(plain == snap, table == snapshot_id)  # adding bots leaves the league's own draws unchanged
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"share": 0.6, "bots": {"random": 0.5}}, "data.league.bots"), ({"bots": {"self": 0.1}}, "data.league.bots"),
+     ({"bots": {"nonsense": 0.1}}, "data.league.bots")],
+)
+def test_bad_league_bots_fail_with_one_line(kwargs, field):
+    from rl_lightning.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=field) as err:
+        League(**kwargs)
+    assert "\n" not in str(err.value)

@@ -9,7 +9,9 @@ checkpoint file (``*.ckpt``: that policy, frozen). Unlisted seats are ``self``.
 Each game's players are drawn when it starts, as an int64 ``[B, S]`` table of player ids: 0 is the learning
 policy, ``1..P`` the fixed opponents of the seat map (one per distinct entry), ``P+1..P+K`` the league's slots.
 With ``league.share = p``, a share ``p`` of games keep one uniformly chosen ``self`` seat learning and give every
-other ``self`` seat the game's league snapshot (one snapshot per game, uniform over the pool).
+other ``self`` seat the game's league snapshot (one snapshot per game, uniform over the pool). ``league.bots``
+(``{random: 0.1, pkg.mod:Bot: 0.1}``) gives further shares of games to fixed opponents the same way: pure self-play
+never meets a weak player, and a share of games against one teaches the policy to punish its mistakes.
 """
 
 from __future__ import annotations
@@ -50,11 +52,14 @@ def parse_seats(seats: dict[Any, Any] | None, num_seats: int, game: str) -> list
     return specs
 
 
-def _check_spec(spec: str, seat: int) -> str:
+def _check_spec(spec: str, seat: int, field: str = "") -> str:
+    where = field or f"data.seats[{seat}]"
+    if field and spec in (SELF, LEAGUE):
+        raise ConfigError(f"{where} names {spec!r}; give fixed opponents only: random or a bot class path")
     if spec in (SELF, LEAGUE, RANDOM) or spec.endswith(".ckpt") or "." in spec or ":" in spec:
         return spec
     raise ConfigError(
-        f"data.seats[{seat}]={spec!r} is not a seat kind; use self, league, random, a bot class path "
+        f"{where}={spec!r} is not a seat kind; use self, league, random, a bot class path "
         "(pkg.module.Class or pkg.module:Class) or a checkpoint file (*.ckpt)"
     )
 
@@ -119,20 +124,34 @@ class League:
         size: snapshots kept (the oldest is dropped first).
         snapshot_every_n_updates: updates between snapshots (the first is the initial policy).
         share: share of games in which the ``self`` seats but one play the game's snapshot.
+        bots: ``{opponent: share}``: further shares of games in which the ``self`` seats but one play a fixed
+            opponent (``random`` or a bot class path, as in the seat map); ``share`` plus these at most 1.
     """
 
-    def __init__(self, size: int = 5, snapshot_every_n_updates: int = 10, share: float = 0.0) -> None:
+    def __init__(
+        self,
+        size: int = 5,
+        snapshot_every_n_updates: int = 10,
+        share: float = 0.0,
+        bots: dict[str, float] | None = None,
+    ) -> None:
+        bots = dict(bots or {})
         checks = [
             ("size", isinstance(size, int) and size >= 1, "use >= 1 snapshots"),
             ("snapshot_every_n_updates", isinstance(snapshot_every_n_updates, int) and snapshot_every_n_updates >= 1,
              "use >= 1"),
             ("share", 0.0 <= share <= 1.0, "use a share of games in [0, 1]"),
+            ("bots", all(0.0 <= q <= 1.0 for q in bots.values()) and share + sum(bots.values()) <= 1.0,
+             "give each opponent a share in [0, 1], with share + the bots' shares <= 1"),
         ]  # fmt: skip
         for name, ok, fix in checks:
             if not ok:
-                value = {"size": size, "snapshot_every_n_updates": snapshot_every_n_updates, "share": share}[name]
+                value = {"size": size, "snapshot_every_n_updates": snapshot_every_n_updates, "share": share,
+                         "bots": bots}[name]  # fmt: skip
                 raise ConfigError(f"data.league.{name}={value!r} is invalid: {fix}")
-        self.size, self.every, self.share = size, snapshot_every_n_updates, share
+        for name in bots:
+            _check_spec(str(name), -1, "data.league.bots")
+        self.size, self.every, self.share, self.bots = size, snapshot_every_n_updates, share, bots
         self.slots: list[Any] = []  # frozen modules, oldest first
         self.versions: list[int] = []  # the policy_version each slot was taken at
         self.last_snapshot_update = -1
@@ -183,11 +202,12 @@ class SeatPlayers:
         self.specs = specs
         self.league = league
         self.device = device
-        fixed = [spec for spec in dict.fromkeys(specs) if spec not in (SELF, LEAGUE)]
+        league_bots = list(league.bots) if league is not None else []
+        fixed = [spec for spec in dict.fromkeys([*specs, *league_bots]) if spec not in (SELF, LEAGUE)]
         self.fixed_ids = {spec: 1 + i for i, spec in enumerate(fixed)}
         self.actors: dict[int, Actor] = {}
         for spec, player in self.fixed_ids.items():  # bots import now: a bad path fails before any work
-            seat = specs.index(spec)
+            seat = specs.index(spec) if spec in specs else -1
             if spec == RANDOM:
                 self.actors[player] = random_actor
             elif spec.endswith(".ckpt"):
@@ -232,10 +252,18 @@ class SeatPlayers:
         gen = league.generator
         pool = max(len(league.slots), 1)
         snapshot = self.league_first_id + torch.randint(pool, (num_games, 1), generator=gen).to(self.device)
-        # A league game keeps one uniformly drawn ``self`` seat learning; the other ``self`` seats play the snapshot.
-        league_game = (torch.rand(num_games, 1, generator=gen) < league.share).to(self.device)
+        # A league game keeps one uniformly drawn ``self`` seat learning; the other ``self`` seats play the snapshot
+        # (or, in the bots' shares of games, that bot). One draw picks the game's kind: [0, share) a snapshot.
+        kind = torch.rand(num_games, 1, generator=gen).to(self.device)
+        league_game = kind < league.share
         keeper = torch.rand(num_games, len(self.specs), generator=gen).to(self.device)
         keeper = keeper.masked_fill(~self.self_seats, -1.0).argmax(-1, keepdim=True)
         seats = torch.arange(len(self.specs), device=self.device)
-        to_snapshot = (players < 0) | (league_game & self.self_seats & (seats != keeper))
-        return torch.where(to_snapshot, snapshot, players)
+        others = self.self_seats & (seats != keeper)
+        players = torch.where((players < 0) | (league_game & others), snapshot, players)
+        low = league.share
+        for spec, share in league.bots.items():
+            bot_game = (kind >= low) & (kind < low + share)
+            players = torch.where(bot_game & others, torch.full_like(players, self.fixed_ids[spec]), players)
+            low += share
+        return players
