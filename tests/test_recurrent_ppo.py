@@ -33,9 +33,9 @@ def _rollouts(module: RecurrentPPO, env: CartPole, count: int = 2, num_envs: int
     return module.process_rollout(batch)
 
 
-def _naive_cell(cell: torch.nn.LSTMCell, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor):
+def _naive_cell(rnn: torch.nn.LSTM, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor):
     """An LSTM step written out from its equations (PyTorch's gate order i, f, g, o)."""
-    gates = x @ cell.weight_ih.T + cell.bias_ih + h @ cell.weight_hh.T + cell.bias_hh
+    gates = x @ rnn.weight_ih_l0.T + rnn.bias_ih_l0 + h @ rnn.weight_hh_l0.T + rnn.bias_hh_l0
     i, f, g, o = gates.chunk(4, -1)
     c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
     return torch.sigmoid(o) * torch.tanh(c), c
@@ -47,7 +47,7 @@ def _naive_replay(module: RecurrentPPO, batch: TensorDict) -> tuple[torch.Tensor
     rollout's start, zeroing the state where ``is_first``."""
     steps, num_envs = batch.batch_size
     logprob, value = torch.zeros(steps, num_envs), torch.zeros(steps, num_envs)
-    actor_cell, critic_cell = module.cores.actor_core.cell, module.cores.critic_core.cell
+    actor_cell, critic_cell = module.cores.actor_core.rnn, module.cores.critic_core.rnn
     for b in range(num_envs):
         start = batch[keys.RECURRENT_STATE][0, b]
         h, c, ch, cc = start["h"], start["c"], start["critic_h"], start["critic_c"]
@@ -108,7 +108,7 @@ def test_truncation_bootstraps_with_the_state_that_saw_final_obs():
     batch = _rollouts(module, env)
     truncated = batch[keys.TRUNCATED] & ~batch[keys.TERMINATED]
     assert truncated.any()
-    critic_cell = module.cores.critic_core.cell
+    critic_cell = module.cores.critic_core.rnn
     for t, b in truncated.nonzero().tolist():
         state = batch[keys.NEXT_RECURRENT_STATE][t, b]
         x = batch[keys.FINAL_OBS][t, b]

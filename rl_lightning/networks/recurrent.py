@@ -12,7 +12,7 @@ CORE_KINDS = ("lstm", "gru")
 
 
 class RecurrentCore(nn.Module):
-    """One LSTM or GRU cell stepped over time; its carried state is a dict of ``[B, size]`` tensors.
+    """One LSTM or GRU layer run over time; its carried state is a dict of ``[B, size]`` tensors.
 
     The state of a row is zeroed where ``is_first`` says its observation starts an episode, before the cell reads
     it, so episodes never leak into each other; acting one step at a time and ``unroll`` over a stored sequence
@@ -32,12 +32,13 @@ class RecurrentCore(nn.Module):
             raise ConfigError(f"model.recurrent.size={size} must be a positive integer, e.g. 128")
         self.kind = kind
         self.size = size
-        self.cell: nn.Module = nn.LSTMCell(in_dim, size) if kind == "lstm" else nn.GRUCell(in_dim, size)
+        # ``nn.LSTM``/``nn.GRU`` rather than cells: one call runs a whole stretch without resets (``unroll``).
+        self.rnn: nn.Module = nn.LSTM(in_dim, size) if kind == "lstm" else nn.GRU(in_dim, size)
         self.state_names: tuple[str, ...] = ("h", "c") if kind == "lstm" else ("h",)
 
     def initial_state(self, batch: int, device: torch.device | None = None) -> dict[str, torch.Tensor]:
         """Zeros for every carried tensor: a fresh episode's state."""
-        dtype = self.cell.weight_hh.dtype
+        dtype = self.rnn.weight_hh_l0.dtype
         return {name: torch.zeros(batch, self.size, device=device, dtype=dtype) for name in self.state_names}
 
     def step(
@@ -47,12 +48,19 @@ class RecurrentCore(nn.Module):
 
         Returns the output features ``[B, size]`` and the state after this tick.
         """
+        out, state = self._run(x.unsqueeze(0), state, is_first)
+        return out[0], state
+
+    def _run(
+        self, x: torch.Tensor, state: dict[str, torch.Tensor], is_first: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``x`` ``[T, B, in_dim]`` through the RNN in one call, rows reset where ``is_first`` (``[B]``) first."""
         keep = (~is_first).unsqueeze(-1).to(x.dtype)
         if self.kind == "lstm":
-            h, c = self.cell(x, (state["h"] * keep, state["c"] * keep))
-            return h, {"h": h, "c": c}
-        h = self.cell(x, state["h"] * keep)
-        return h, {"h": h}
+            out, (h, c) = self.rnn(x, ((state["h"] * keep).unsqueeze(0), (state["c"] * keep).unsqueeze(0)))
+            return out, {"h": h[0], "c": c[0]}
+        out, h = self.rnn(x, (state["h"] * keep).unsqueeze(0))
+        return out, {"h": h[0]}
 
     def unroll(
         self, x: torch.Tensor, state: dict[str, torch.Tensor], is_first: torch.Tensor
@@ -61,11 +69,15 @@ class RecurrentCore(nn.Module):
 
         Returns outputs ``[T, B, size]`` and the state after the last tick.
         """
+        # One RNN call per stretch of ticks in which no row starts an episode (a reset only at the stretch's first
+        # tick): a few calls per rollout instead of one per tick. Reading the stretch bounds is one host sync.
+        steps = x.shape[0]
+        bounds = [0, *(is_first[1:].any(-1).nonzero().squeeze(-1) + 1).tolist(), steps]
         outputs = []
-        for t in range(x.shape[0]):
-            out, state = self.step(x[t], state, is_first[t])
+        for start, end in zip(bounds[:-1], bounds[1:], strict=True):
+            out, state = self._run(x[start:end], state, is_first[start])
             outputs.append(out)
-        return torch.stack(outputs), state
+        return torch.cat(outputs), state
 
 
 class RecurrentCores(nn.Module):
