@@ -102,6 +102,11 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="rl_lightning_tune_bench_") as folder:
             seconds, best = study(Path(folder), args.trials, args.budget)
             rows.append(f"study: {args.trials} trials x {args.budget} env steps: {seconds:.0f} s wall")
+            fit_only = yaml.safe_load(best.read_text())
+            for key in ("ckpt_path", "weights_only"):  # fit's own options; the benchmark builds the CLI without them
+                fit_only.pop(key, None)
+            (Path(folder) / "best_config.yaml").write_text(yaml.safe_dump(fit_only, sort_keys=False))
+            best = Path(folder) / "best_config.yaml"
             for name, config in (("bundled ppo.yaml", "ppo.yaml"), ("tuned best.yaml", str(best))):
                 steps = steps_to_target(config, args.seeds, args.target)
                 rows.append(f"{name}: env steps to eval >= {args.target:g}: {steps} (median {median_or_inf(steps)})")

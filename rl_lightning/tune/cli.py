@@ -110,7 +110,8 @@ def main(argv: Sequence[str]) -> None:
     storage = options.storage or f"sqlite:///{study_dir / 'study.db'}"
     lock = study_dir / ".claim.lock" if storage.startswith("sqlite") else None
     pruner = st.make_pruner(options.pruner, options.pruner_startup_trials, options.pruner_warmup_steps)
-    study = st.open_study(storage, name, pruner, options.sampler_seed, options.heartbeat)
+    with st.claim_lock(lock):  # workers starting together on a new SQLite file would both create its tables
+        study = st.open_study(storage, name, pruner, options.sampler_seed, options.heartbeat)
     settings = Settings(options.seeds_per_trial, options.objective, options.last_k, cfg.base_seed(config))
     distributions = {p.key: p.distribution() for p in params}
     runner = st.trial_runner(study_dir, config, settings)
