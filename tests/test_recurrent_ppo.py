@@ -163,6 +163,7 @@ def test_dict_observations_act_and_replay_alike():
 )
 def test_unsupported_settings_are_refused_in_one_line(tmp_path, model, data, match):
     datamodule = OnPolicyDataModule(CartPole(), num_envs=4, num_steps=8, total_env_steps=64, **data)
+
     def fit() -> None:
         module = RecurrentPPO(env_spec=datamodule.env_spec, core_size=8, **model)
         trainer(tmp_path, max_steps=1).fit(module, datamodule)
