@@ -172,3 +172,19 @@ def test_unsupported_settings_are_refused_in_one_line(tmp_path, model, data, mat
         fit()
     assert "\n" not in str(raised.value)
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_cartpole_observe_position_keeps_x_and_theta_of_the_same_dynamics():
+    full = BatchedEnv(CartPole(), 4, torch.device("cpu"), seed=2)
+    masked = BatchedEnv(CartPole(observe="position"), 4, torch.device("cpu"), seed=2)
+    assert masked.env.spec.obs_shape == (2,)
+    a, b = full.reset(), masked.reset()
+    torch.testing.assert_close(b[keys.OBS], a[keys.OBS][:, [0, 2]])
+    for step in range(40):
+        action = torch.tensor([step % 2, 1, 0, (step // 3) % 2])
+        a, b = full.step(action), masked.step(action)
+        for key in (keys.OBS, keys.FINAL_OBS):
+            torch.testing.assert_close(b[key], a[key][:, [0, 2]])
+        assert torch.equal(a[keys.TERMINATED], b[keys.TERMINATED])
+    with pytest.raises(ConfigError, match=r"observe='velocity' is not one of \['full', 'position'\]"):
+        CartPole(observe="velocity")
