@@ -60,7 +60,22 @@ def _fast_overrides(tmp_path: Path, config: Path) -> list[str]:
     if loaded["data"]["init_args"]["env"]["class_path"].startswith("rl_lightning.envs.Gymnasium"):
         train["data.init_args.env.init_args.env_kwargs"] = "{max_episode_steps: 20}"  # short evaluation episodes
     args = [item for key, value in train.items() for item in (f"--{key}", str(value))]
-    return args + _common_overrides(tmp_path)
+    return args + _short_evaluation(tmp_path, config, loaded) + _common_overrides(tmp_path)
+
+
+def _short_evaluation(tmp_path: Path, config: Path, loaded: dict) -> list[str]:
+    """The config's callbacks with evaluation episodes cut at 50 steps: backends without ``env_kwargs``
+    (``AleVectorEnv``) would otherwise play whole untrained Atari games (27,000 steps each) at the end of the fit."""
+    callbacks = loaded.get("trainer", {}).get("callbacks") or []
+    if not any(cb["class_path"].endswith(".Evaluation") for cb in callbacks):
+        return []
+    def shortened(cb: dict) -> dict:
+        return {**cb, "init_args": {**(cb.get("init_args") or {}), "max_steps": 50}}
+
+    short = [shortened(cb) if cb["class_path"].endswith(".Evaluation") else cb for cb in callbacks]
+    fragment = tmp_path / f"{config.stem}_short_eval.yaml"
+    fragment.write_text(yaml.safe_dump({"trainer": {"callbacks": short}}))
+    return ["--config", str(fragment)]
 
 
 @pytest.mark.parametrize("config", CONFIGS)
