@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -442,6 +442,18 @@ class PPO(RLModule):
         columns[keys.OBS] = self._obs(batch)  # the statistics are frozen during an update: normalise once
         if keys.ACTION_MASK in batch:
             columns[keys.ACTION_MASK] = batch[keys.ACTION_MASK]
+        def epoch() -> Iterator[dict[str, Any]]:
+            perm = torch.randperm(batch.numel(), generator=self.generator)[:size].to(batch.device)
+            shuffled = {key: value[perm] for key, value in columns.items()}
+            for start in range(0, size, minibatch):
+                yield {key: value[start : start + minibatch] for key, value in shuffled.items()}
+
+        return self.run_epochs(optimizer, epoch)
+
+    def run_epochs(self, optimizer: Any, epoch: Callable[[], Iterator[dict[str, Any]]]) -> TensorDict:
+        """``update_epochs`` passes of ``epoch()``'s minibatches, one optimiser step each; a stop request abandons
+        the update, and ``target_kl`` ends it after an epoch whose mean KL exceeds it. Returns the mean terms."""
+        hp = self.hparams
         params = [p for p in self.parameters() if p.requires_grad]
         steps_runner = OptimizerSteps(self, optimizer)
         max_norm = hp.max_grad_norm if hp.max_grad_norm > 0 else float("inf")
@@ -449,11 +461,8 @@ class PPO(RLModule):
         steps = 0
         for _ in range(hp.update_epochs):
             epoch_kl = torch.zeros((), device=self.device)
-            perm = torch.randperm(batch.numel(), generator=self.generator)[:size].to(batch.device)
-            shuffled = {key: value[perm] for key, value in columns.items()}
-            for start in range(0, size, minibatch):
+            for mb in epoch():
                 stop.check()  # a stop request abandons the update; the checkpoint is the previous one's
-                mb = {key: value[start : start + minibatch] for key, value in shuffled.items()}
                 terms = self._minibatch_step(mb, steps_runner, params, max_norm)
                 sums += terms
                 epoch_kl += terms[_KL_INDEX]

@@ -8,8 +8,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rl_lightning import keys, stop
-from rl_lightning.algos.optimizer_steps import OptimizerSteps
+from rl_lightning import keys
 from rl_lightning.algos.ppo import PPO, TERM_NAMES
 from rl_lightning.envs.base import BatchedEnv, EnvSpec
 from rl_lightning.errors import ConfigError
@@ -186,32 +185,16 @@ class RecurrentPPO(PPO):
         if keys.ACTION_MASK in batch:
             columns[keys.ACTION_MASK] = batch[keys.ACTION_MASK]
         initial = batch[keys.RECURRENT_STATE][0]
-        params = [p for p in self.parameters() if p.requires_grad]
-        steps_runner = OptimizerSteps(self, optimizer)
-        max_norm = hp.max_grad_norm if hp.max_grad_norm > 0 else float("inf")
-        sums = torch.zeros(len(TERM_NAMES), device=self.device)
-        steps = 0
-        for _ in range(hp.update_epochs):
-            epoch_kl = torch.zeros((), device=self.device)
+        def epoch() -> Iterator[dict[str, Any]]:
             perm = torch.randperm(num_envs, generator=self.generator).to(batch.device)
             for start in range(0, num_envs, group):
-                stop.check()  # a stop request abandons the update; the checkpoint is the previous one's
                 envs = perm[start : start + group]
                 mb = {key: value[:, envs] for key, value in sequences.items()}
                 mb.update({key: value[:, envs].flatten(0, 1) for key, value in columns.items()})
                 mb[INITIAL_STATE] = initial[envs]
-                terms = self._minibatch_step(mb, steps_runner, params, max_norm)
-                sums += terms
-                epoch_kl += terms[_KL_INDEX]
-                steps += 1
-            if hp.target_kl is not None:
-                mean_kl = epoch_kl / hp.num_minibatches
-                if self._trainer is not None:
-                    mean_kl = self.trainer.strategy.reduce(mean_kl, reduce_op="mean")
-                if mean_kl > hp.target_kl:  # one host sync per epoch, only with target_kl
-                    break
-        steps_runner.finish()
-        return TensorDict(dict(zip(TERM_NAMES, (sums / steps).unbind())), batch_size=[])
+                yield mb
+
+        return self.run_epochs(optimizer, epoch)
 
     def sequence_log_prob_entropy_value(
         self,
