@@ -93,8 +93,9 @@ def test_every_config_fits_by_name_from_another_directory(tmp_path, monkeypatch,
 def test_every_callback_fragment_runs_with_one_callback_per_class(tmp_path, monkeypatch, fragment):
     monkeypatch.chdir(tmp_path)
     config = ROOT / "configs" / "ppo.yaml"
+    # The fragment goes last: the short-evaluation config in the overrides replaces the callback list.
     cli = cli_main(
-        ["fit", "--config", "ppo.yaml", "--config", f"callbacks/{fragment.name}", *_fast_overrides(tmp_path, config)]
+        ["fit", "--config", "ppo.yaml", *_fast_overrides(tmp_path, config), "--config", f"callbacks/{fragment.name}"]
     )
     names = [type(cb).__name__ for cb in cli.trainer.callbacks]
     for name in ("Evaluation", "FailFast", "RLCheckpoint"):
