@@ -33,6 +33,10 @@ bc: behaviour cloning as PPO's starting point on Hearts (``benchmarks/_games_bc.
 then PPO self-play from its weights and from scratch side by side; points per hand against three random seats at
 each checkpoint.
     python benchmarks/games.py --sections bc --bc-games 300 --ppo-steps 204800 --seconds 900
+
+mcts: a Connect Four PPO checkpoint (or ppo_connect_four.yaml trained for ``--mcts-train-minutes``) against OpenSpiel's
+MCTSBot with random rollouts and against random, seats alternated (``benchmarks/_games_mcts.py``).
+    python benchmarks/games.py --sections mcts --mcts-ckpt PATH/last.ckpt --mcts-games 200 --mcts-simulations 100
 """
 
 from __future__ import annotations
@@ -385,12 +389,18 @@ def main() -> None:
     parser.add_argument("--eval-hands", type=int, default=400, help="bc: hands per checkpoint evaluation")
     parser.add_argument("--target", type=float, default=5.0, help="bc: points-per-hand level against random")
     parser.add_argument("--workdir", default="bench_bc", help="bc: records, runs and logs go here")
+    parser.add_argument("--mcts-ckpt", default="", help="mcts: the PPO checkpoint to play (else one is trained)")
+    parser.add_argument("--mcts-games", type=int, default=200, help="mcts: games per match, seats alternated")
+    parser.add_argument("--mcts-simulations", type=int, default=100, help="mcts: MCTSBot simulations per move")
+    parser.add_argument("--mcts-train-minutes", type=int, default=10, help="mcts: wall clock of the PPO fit")
+    parser.add_argument("--mcts-workdir", default="bench_mcts", help="mcts: the fit's runs and log go here")
     args = parser.parse_args()
     torch.set_num_threads(1)
     sections = {s.strip() for s in args.sections.split(",") if s.strip()}
     known = {"bots", "throughput", "panel", "selfplay_throughput", "credit_cost"}
     known.add("spo_vs_ppo")
     known.add("bc")
+    known.add("mcts")
     unknown = sections - known
     if unknown:
         parser.error(f"--sections: unknown {sorted(unknown)}; choose from {','.join(sorted(known))}")
@@ -411,6 +421,11 @@ def main() -> None:
 
         run_bc(args.bc_games, args.bc_epochs, args.ppo_steps, args.ckpt_every, args.seconds, args.eval_hands,
                args.target, args.workdir, args.seed)  # fmt: skip
+    if "mcts" in sections:
+        from benchmarks._games_mcts import run_mcts
+
+        run_mcts(args.mcts_ckpt, args.mcts_games, args.mcts_simulations, args.mcts_train_minutes, args.mcts_workdir,
+                 args.seed)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -84,7 +84,12 @@ def load_bot(path: str, seat: int) -> Actor:
     bot = target() if isinstance(target, type) else target
     if not callable(bot):
         raise ConfigError(f"data.seats[{seat}]={path!r} is not callable; a bot is bot(obs, action_mask, seat, gen)")
-    return lambda obs, generator: bot(obs[keys.OBS], obs[keys.ACTION_MASK], obs[keys.SEAT], generator)
+
+    def actor(obs: TensorDict, generator: torch.Generator, **engine: Any) -> torch.Tensor:
+        return bot(obs[keys.OBS], obs[keys.ACTION_MASK], obs[keys.SEAT], generator, **engine)
+
+    actor.bot = bot  # type: ignore[attr-defined]  # a search bot (needs_engine_state) is called on its rows only
+    return actor
 
 
 def check_checkpoint(path: str, seat: int) -> None:

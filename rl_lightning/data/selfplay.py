@@ -27,6 +27,7 @@ from rl_lightning.data.episode_stats import FinishedEpisodes
 from rl_lightning.data.league import LEAGUE, League, SeatPlayers, parse_seats
 from rl_lightning.envs.base import BatchedEnv
 from rl_lightning.errors import ConfigError
+from rl_lightning.games.match import check_engine_players, needs_engine_state
 from rl_lightning.objectives.seat_credit import open_tails
 
 LEARNER = "learner"  # bool: the acting seat is the learning policy (only these rows train)
@@ -82,7 +83,10 @@ class SelfPlayCollector(CollectorBase):
             player = self._player.gather(1, obs[keys.SEAT].unsqueeze(1)).squeeze(1)
             action = acted[keys.ACTION]
             for player_id, actor in opponents:
-                action = torch.where(player == player_id, actor(obs, self.generator), action)
+                if needs_engine_state(getattr(actor, "bot", None)):
+                    action = self._engine_act(actor, player == player_id, obs, action)
+                else:
+                    action = torch.where(player == player_id, actor(obs, self.generator), action)
             out = self.env.step(action)
             row = {**dict(obs.items()), **dict(acted.items()), keys.ACTION: action, PLAYER: player}
             row.update({key: out[key] for key in _STEP_KEYS if key in out})
@@ -107,6 +111,14 @@ class SelfPlayCollector(CollectorBase):
         self._carry = self._open_rows(batch)
         self.last_collect_seconds = time.perf_counter() - start
         return batch
+
+    def _engine_act(self, actor: Any, mine: torch.Tensor, obs: TensorDict, action: torch.Tensor) -> torch.Tensor:
+        """A search bot (``needs_engine_state``) acts on its own rows only, given their live engine states."""
+        rows = mine.nonzero().squeeze(-1)
+        if len(rows) == 0:
+            return action
+        states = [self.env.env.engine_state(self.env.state, i) for i in rows.tolist()]
+        return action.index_put((rows,), actor(obs[rows], self.generator, engine_states=states).to(action.dtype))
 
     def _finish_games(self, out: TensorDict) -> tuple[torch.Tensor, ...]:
         """The games that ended on this tick (their returns, lengths, scores, learning seats); draws their next
@@ -207,6 +219,8 @@ class SelfPlay:
             self.league.generator.manual_seed(seed + 20_011)
         if module is not None:
             self.players.bind(module)
+        bots = [getattr(actor, "bot", None) for actor in self.players.actors.values()]
+        check_engine_players(env.env, bots, "data.seats/data.league.bots")  # a search bot refuses a PettingZoo env
         return SelfPlayCollector(env, self.players.to(env.device), seed=seed)
 
     def before_rollout(self, module: Any) -> None:

@@ -80,6 +80,7 @@ def play_games(
         raise ConfigError(f"{env.spec.name} has {seats} seats but the lineup names {len(lineup)} players")
     if num_games < 1 or batch_size < 1:
         raise ConfigError(f"play_games: num_games={num_games} and batch_size={batch_size} must be >= 1")
+    check_engine_players(env, lineup, "play_games")
     step_gen = torch.Generator(device=device).manual_seed(seed)
     chunks = []
     for chunk, start in enumerate(range(0, num_games, batch_size)):
@@ -100,7 +101,7 @@ def _play_batch(
     try:
         obs = env.observe(state)
         while len(index):
-            action = _act(players, owner_of_seat, obs, gen)
+            action = _act(players, owner_of_seat, obs, gen, lambda rows: [env.engine_state(state, i) for i in rows])
             state, out = env.step_state(state, action, gen, inplace=True)
             ended = out[keys.TERMINATED] | out[keys.TRUNCATED]
             if bool(ended.any()):
@@ -118,18 +119,39 @@ def _play_batch(
     return scores
 
 
-def _act(players: list[Bot], owner_of_seat: torch.Tensor, obs: TensorDict, gen: torch.Generator) -> torch.Tensor:
-    """Each row's action from the player that owns its acting seat."""
+def _act(
+    players: list[Bot], owner_of_seat: torch.Tensor, obs: TensorDict, gen: torch.Generator,
+    engine_states: Callable[[list[int]], list[Any]],
+) -> torch.Tensor:  # fmt: skip
+    """Each row's action from the player that owns its acting seat; a player that declares ``needs_engine_state``
+    (a search bot) also gets ``engine_states=`` its rows' live engine states."""
     seat, mask, view = obs[keys.SEAT], obs[keys.ACTION_MASK], obs[keys.OBS]
     if len(players) == 1:
-        return players[0](view, mask, seat, gen)
+        return players[0](view, mask, seat, gen, **_engine(players[0], engine_states, range(len(seat))))
     owner = owner_of_seat[seat]
     action = torch.zeros_like(seat)
     for number, player in enumerate(players):
         rows = (owner == number).nonzero().squeeze(-1)
         if len(rows):
-            action[rows] = player(view[rows], mask[rows], seat[rows], gen).to(action.dtype)
+            engine = _engine(player, engine_states, rows.tolist())
+            action[rows] = player(view[rows], mask[rows], seat[rows], gen, **engine).to(action.dtype)
     return action
+
+
+def needs_engine_state(player: Any) -> bool:
+    """Whether ``player`` is called with ``engine_states=`` (it declares ``needs_engine_state = True``)."""
+    return bool(getattr(player, "needs_engine_state", False))
+
+
+def _engine(player: Any, engine_states: Callable[[list[int]], list[Any]], rows: Sequence[int]) -> dict[str, Any]:
+    return {"engine_states": engine_states(list(rows))} if needs_engine_state(player) else {}
+
+
+def check_engine_players(env: TorchEnv, players: Sequence[Any], field: str) -> None:
+    """Let each player that needs engine states refuse ``env`` in one line (its ``check_env``) before any play."""
+    for player in players:
+        if needs_engine_state(player):
+            player.check_env(env, field)
 
 
 @dataclass

@@ -21,7 +21,7 @@ import torch
 
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.errors import ConfigError
-from rl_lightning.games.match import Bot, MatchResult, PolicyBot, play_match
+from rl_lightning.games.match import Bot, MatchResult, PolicyBot, check_engine_players, play_match
 from rl_lightning.games.rating import fit_elo
 from rl_lightning.games.summary import pairwise_counts
 
@@ -113,6 +113,7 @@ def resolve_panel(
             players.append(Player(_name(Path(spec).stem), PolicyBot(_load_module(spec, device), deterministic)))
         else:
             players.append(Player(_name(re.split(r"[.:]", spec)[-1]), _import_bot(spec, owner)))
+    check_engine_players(env, [p.bot for p in players], owner)  # a search bot refuses an env it cannot search
     names = [POLICY] + [p.name for p in players]
     if len(set(names)) < len(names):
         twice = sorted({n for n in names if names.count(n) > 1})

@@ -7,6 +7,8 @@ acts in each row, and ``generator`` the ``torch.Generator`` every random choice 
 It returns int64 ``[B]`` legal actions. A bot knows nothing of the engine or of the seat map: the engine wrapper
 turns a game into observations, configuration says who plays which seat, and a bot only reads what a seat sees.
 A user's bot is any class with this ``__call__`` (a config names it by class path, e.g. ``my_pkg.bots:MyBot``).
+A search bot (``OpenSpielMCTSBot``) is the one exception: it declares ``needs_engine_state = True`` and is also given
+``engine_states=``, its rows' live ``pyspiel.State`` objects (read only), by the match driver and the collector.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 
 from rl_lightning.envs.games.bots.connect_four import ConnectFourHeuristic
 from rl_lightning.envs.games.bots.hearts import HeartsHeuristic
+from rl_lightning.envs.games.bots.mcts import OpenSpielMCTSBot
 
 
 class RandomBot:
@@ -62,4 +65,4 @@ def load_bot(path: str, field: str = "bot") -> object:
     return bot
 
 
-__all__ = ["ConnectFourHeuristic", "HeartsHeuristic", "RandomBot", "load_bot"]
+__all__ = ["ConnectFourHeuristic", "HeartsHeuristic", "OpenSpielMCTSBot", "RandomBot", "load_bot"]
