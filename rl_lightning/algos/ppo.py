@@ -11,6 +11,7 @@ from torch import nn
 
 from rl_lightning import keys, stop
 from rl_lightning.algos.base import RLModule
+from rl_lightning.algos.histograms import histograms_check, policy_histograms
 from rl_lightning.algos.init_weights import load_init_weights
 from rl_lightning.algos.optimizer_steps import OptimizerSteps
 from rl_lightning.envs.base import ACTION_KINDS, EnvSpec, require_action_kind
@@ -63,6 +64,9 @@ class PPO(RLModule):
         lr: Adam learning rate.
         adam_eps: Adam epsilon (1e-5 as in the PPO reference implementations).
         anneal_lr: decay the learning rate linearly to 0 over ``data.total_env_steps``.
+        anneal_clip: decay ``clip_coef`` linearly to 0 over ``data.total_env_steps`` as SB3's ``lin_`` schedules do:
+            an update clips at ``clip_coef × (1 − env steps so far / total)``, its own rollout's steps included
+            (SB3's ``progress_remaining``, clamped at 0); the value clip of ``clip_vloss`` follows it.
         gamma: discount.
         gae_lambda: GAE λ.
         update_epochs: passes over each rollout.
@@ -95,6 +99,9 @@ class PPO(RLModule):
         init_weights: a ``.ckpt`` of a BC or PPO run whose network weights (and observation statistics) this run
             starts from: weights only, not a resume (counters, optimiser and env steps start at zero; the lineage
             keeps the parent's weight digest). Refused in one line if missing, of another env, or of other shapes.
+        histograms_every_n_updates: every this many updates, write TensorBoard histograms of the rollout's
+            advantages, returns and values, the policy's logits (or means and log-std) and the normaliser
+            statistics (the ``Histograms`` callback); ``None`` (default) writes none and costs nothing.
     """
 
     family = "ppo"
@@ -109,6 +116,7 @@ class PPO(RLModule):
         lr: float = 3e-4,
         adam_eps: float = 1e-5,
         anneal_lr: bool = False,
+        anneal_clip: bool = False,
         gamma: float = 0.99,
         gae_lambda: float = 0.95,
         update_epochs: int = 4,
@@ -128,6 +136,7 @@ class PPO(RLModule):
         ortho_init: bool = True,
         compile_update: bool = False,
         init_weights: str | None = None,
+        histograms_every_n_updates: int | None = None,
     ) -> None:
         super().__init__(env_spec)
         self.save_hyperparameters()
@@ -156,6 +165,8 @@ class PPO(RLModule):
         # Statistics are buffers: checkpointed with the weights, updated only from training rollouts.
         self.obs_normalizer = observation_normalizer(spec, norm_clip_obs) if normalize_obs else None
         self.reward_scaler = RewardScaler(gamma, norm_clip_reward) if normalize_reward else None
+        if anneal_clip:  # a buffer filled in place: a compiled loss reads the new value without recompiling
+            self.register_buffer("clip_now", torch.tensor(float(clip_coef)), persistent=False)
         # The value V(obs) of each rollout row: where the critic shares a CNN's features with the actor it comes
         # with the action (the features are there); otherwise ``process_rollout`` computes it for the whole rollout
         # in one batched forward (the weights cannot change during a rollout), not one small forward per step.
@@ -412,7 +423,11 @@ class PPO(RLModule):
             )
             for group in optimizer.param_groups:
                 group["lr"] = frac * hp.lr
+        if hp.anneal_clip and self.total_env_steps:  # SB3 counts the rollout just collected (lr above does not)
+            self.clip_now.fill_(hp.clip_coef * (1.0 - min(self.env_steps, self.total_env_steps) / self.total_env_steps))
         stats = self.update(batch, optimizer)
+        if self.keep_histogram_source:  # the Histograms callback reads it after this step, then drops it
+            self.histogram_source = batch
         if self.obs_normalizer is not None:  # after the update: it learns from the inputs the rollout was acted on
             self.obs_normalizer.update(observed)
         self.mark_update()
@@ -518,12 +533,18 @@ class PPO(RLModule):
             mb[keys.VALUE],
             mb[keys.RETURN],
             entropy,
-            hp.clip_coef,
+            self.clip_now if hp.anneal_clip else hp.clip_coef,
             hp.clip_vloss,
             hp.vf_coef,
             hp.ent_coef,
         )
         return terms["loss"], torch.stack([terms[name] for name in TERM_NAMES[:-1]]).detach()
+
+    @torch.no_grad()
+    def histogram_tensors(self) -> dict[str, torch.Tensor]:
+        """The last update's advantages, returns and values, and the updated policy's outputs on its rows."""
+        batch = self.histogram_source
+        return policy_histograms(self, batch, self.encoder(self._obs(batch)))
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         super().on_save_checkpoint(checkpoint)
@@ -539,6 +560,8 @@ class PPO(RLModule):
         metrics: dict[str, Any] = {f"train/{k}": v for k, v in terms.items()}
         metrics["train/explained_variance"] = explained_variance(batch[keys.VALUE], batch[keys.RETURN])
         metrics["train/lr"] = torch.tensor(self.optimizers().param_groups[0]["lr"])
+        if self.hparams.anneal_clip:
+            metrics["train/clip_coef"] = self.clip_now.clone()
         metrics["policy/lag"] = (self.policy_version - 1 - batch[keys.POLICY_VERSION]).max().float()
         if self.env_spec.action_kind == "box":
             metrics["policy/std"] = self.log_std.detach().exp().mean()
@@ -559,5 +582,6 @@ def _check_hparams(hp: Any) -> None:
         ("target_kl", hp.target_kl is None or hp.target_kl > 0, "use null or a positive KL"),
         ("norm_clip_obs", hp.norm_clip_obs > 0, "use a positive bound, e.g. 10"),
         ("norm_clip_reward", hp.norm_clip_reward > 0, "use a positive bound, e.g. 10"),
+        histograms_check(hp.histograms_every_n_updates),
     ]
     check_fields(checks, hp)
