@@ -19,6 +19,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from rl_lightning import stop
 from rl_lightning.algos.base import RLModule
+from rl_lightning.callbacks.histograms import check_histograms_config
 from rl_lightning.callbacks.progress import EnvStepProgressBar
 from rl_lightning.cli_args import check_yaml_syntax, join_negative_values
 from rl_lightning.errors import ConfigError, EnvError
@@ -96,6 +97,8 @@ class RLLightningCLI(LightningCLI):
             raise ConfigError(f"num_threads={threads}: must be >= 1 (1 is fastest for small nets on CPU)")
         torch.set_num_threads(threads)
         check_logger_config(config.get("trainer.logger"))
+        if self.subcommand == "fit":
+            check_histograms_config(config)
         if isinstance(config.get("trainer.callbacks"), list):
             config["trainer.callbacks"] = one_callback_per_class(config["trainer.callbacks"])
 

@@ -37,6 +37,10 @@ class RLModule(pl.LightningModule):
     family: ClassVar[str] = ""
     #: Whether evaluation acts deterministically unless the ``Evaluation`` callback says otherwise.
     eval_deterministic: bool = True
+    #: Set while the ``Histograms`` callback runs: the update keeps a reference to its data in ``histogram_source``
+    #: (dropped by the callback in the same step) for ``histogram_tensors``.
+    keep_histogram_source: bool = False
+    histogram_source: Any = None
 
     def __init__(self, env_spec: EnvSpec | None = None) -> None:
         super().__init__()
@@ -133,6 +137,20 @@ class RLModule(pl.LightningModule):
     def process_rollout(self, batch: TensorDict) -> TensorDict:
         """Hook for on-policy data: add learning targets to a fresh rollout (identity by default)."""
         return batch
+
+    def histogram_tensors(self) -> dict[str, torch.Tensor]:
+        """``{tag: tensor}`` of the last update (from ``histogram_source``) for the ``Histograms`` callback, which
+        calls it on its due updates only; an algorithm that supports histograms overrides it."""
+        raise NotImplementedError(f"{type(self).__name__} writes no histograms")
+
+    def configure_callbacks(self) -> list[Any]:
+        """``Histograms(every_n_updates)`` when the algorithm's ``histograms_every_n_updates`` is set."""
+        every = self.hparams.get("histograms_every_n_updates")
+        if every is None:
+            return []
+        from rl_lightning.callbacks.histograms import Histograms
+
+        return [Histograms(every_n_updates=every)]
 
     @property
     def env_steps(self) -> int:

@@ -9,6 +9,7 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning import keys
+from rl_lightning.algos.histograms import policy_histograms, recurrent_actor_features
 from rl_lightning.algos.ppo import PPO, TERM_NAMES
 from rl_lightning.envs.base import BatchedEnv, EnvSpec
 from rl_lightning.errors import ConfigError
@@ -219,6 +220,12 @@ class RecurrentPPO(PPO):
         return self.sequence_log_prob_entropy_value(
             mb[keys.OBS], mb[keys.IS_FIRST], mb[INITIAL_STATE], mb[keys.ACTION], mb.get(keys.ACTION_MASK)
         )
+
+    @torch.no_grad()
+    def histogram_tensors(self) -> dict[str, torch.Tensor]:
+        """As ``PPO``'s, the policy's outputs replayed through the core over the rollout's sequences."""
+        batch = self.histogram_source
+        return policy_histograms(self, batch, recurrent_actor_features(self, batch.reshape(self._rollout_shape)))
 
 
 class RecurrentPlayer:

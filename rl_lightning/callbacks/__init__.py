@@ -7,6 +7,7 @@ from rl_lightning.callbacks.evaluation import Evaluation
 from rl_lightning.callbacks.fail_fast import FailFast
 from rl_lightning.callbacks.fault_checkpoint import FaultCheckpoint
 from rl_lightning.callbacks.game_evaluation import GameEvaluation
+from rl_lightning.callbacks.histograms import Histograms
 from rl_lightning.callbacks.progress import EnvStepProgressBar
 from rl_lightning.callbacks.soft_target_update import SoftTargetUpdate
 
@@ -18,6 +19,7 @@ __all__ = [
     "FailFast",
     "FaultCheckpoint",
     "GameEvaluation",
+    "Histograms",
     "RLCheckpoint",
     "SoftTargetUpdate",
 ]

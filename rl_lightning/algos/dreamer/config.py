@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rl_lightning.algos.histograms import histograms_check
 from rl_lightning.errors import check_fields
 from rl_lightning.networks.dreamer_nets import DREAMER_SIZES
 
@@ -33,6 +34,7 @@ def check_dreamer_hparams(hp: Any) -> None:
         ("entropy_coef", hp.entropy_coef >= 0, "use a non-negative entropy bonus, e.g. 3e-4"),
         ("retnorm_decay", 0.0 <= hp.retnorm_decay < 1.0, "use an EMA decay in [0, 1), e.g. 0.99"),
         ("retnorm_limit", hp.retnorm_limit > 0, "use a positive limit, e.g. 1.0"),
+        histograms_check(hp.histograms_every_n_updates),
     ]
     for scale in ("rec", "rew", "con", "dyn", "rep", "policy", "value", "repval"):
         checks.append((f"{scale}_scale", hp[f"{scale}_scale"] >= 0, "use a non-negative loss weight"))

@@ -18,6 +18,7 @@ from rl_lightning.algos.dreamer.player import DreamerPlayer
 from rl_lightning.algos.dreamer.policy import ActionSpace
 from rl_lightning.algos.dreamer.update_graphs import UpdateGraphs
 from rl_lightning.algos.dreamer.world_model import WorldModel
+from rl_lightning.algos.histograms import dreamer_histograms
 from rl_lightning.data.timing import PhaseTimer
 from rl_lightning.envs.base import BatchedEnv, EnvSpec, require_action_kind
 from rl_lightning.errors import ConfigError, require_torch_compile
@@ -83,6 +84,9 @@ class DreamerV3(RLModule):
             backward compiles with them), each compiled once per run on the first gradient step. Off by default:
             benchmarks/README.md has the measured speed-up and compile time. Same draws as eager, so the two
             agree within float tolerance.
+        histograms_every_n_updates: every this many updates, write TensorBoard histograms of the last gradient
+            step's imagined λ-returns, critic values and actor advantages (the ``Histograms`` callback); ``None``
+            (default): none.
     """
 
     family = "dreamer"
@@ -123,6 +127,7 @@ class DreamerV3(RLModule):
         retnorm_limit: float = 1.0,
         eval_deterministic: bool = True,
         compile_update: bool = False,
+        histograms_every_n_updates: int | None = None,
     ) -> None:
         super().__init__(env_spec)
         self.save_hyperparameters()
@@ -193,7 +198,12 @@ class DreamerV3(RLModule):
         from rl_lightning.callbacks.cuda_stream_weight_sync import CUDAStreamWeightSync
         from rl_lightning.callbacks.soft_target_update import SoftTargetUpdate
 
-        return [SoftTargetUpdate(tau=self.hparams.tau), CUDAStreamWeightSync()]
+        return [*super().configure_callbacks(), SoftTargetUpdate(tau=self.hparams.tau), CUDAStreamWeightSync()]
+
+    @torch.no_grad()
+    def histogram_tensors(self) -> dict[str, torch.Tensor]:
+        """The last gradient step's imagined returns, values and advantages."""
+        return dreamer_histograms(self.histogram_source)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams

@@ -152,6 +152,8 @@ class UpdateGraphs:
         returns = targets.returns
         ac.return_norm.update(returns, gather)
         scale = ac.return_norm.scale()
+        if getattr(module, "keep_histogram_source", False):  # Histograms: this step's targets (references, no copy)
+            module.histogram_source = (returns, targets.value, scale)
         ac_terms, ac_diag = run("behaviour_terms", ac, features, imagined, targets, scale, hp.entropy_coef, hp.slowreg)
         per_step = {**wm_terms, **ac_terms}
         if hp.repval_scale > 0:

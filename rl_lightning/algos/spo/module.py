@@ -13,6 +13,7 @@ from torch import nn
 
 from rl_lightning import keys
 from rl_lightning.algos.base import Policy, RLModule
+from rl_lightning.algos.histograms import histograms_check, spo_histograms
 from rl_lightning.algos.spo.compiled_search import CompiledSearch, check_compilable
 from rl_lightning.algos.spo.prior import ActorCriticPrior, gaussian_head
 from rl_lightning.algos.spo.search import SearchConfig, smc_search
@@ -98,6 +99,9 @@ class SPO(RLModule):
             only reads them. Image observations (``uint8``, >= 3 dims) are left as they are. (No reward
             normalisation: the search's returns and the critic's targets would have to share one scale.)
         norm_clip_obs: bound on normalised observations.
+        histograms_every_n_updates: every this many updates, write TensorBoard histograms of the last rollout's
+            search weights (the target q̂), particle advantages and root values, the prior's logits (or pre-tanh
+            means and log-std) and the normaliser statistics (the ``Histograms`` callback); ``None`` (default): none.
     """
 
     family = "spo"
@@ -142,6 +146,7 @@ class SPO(RLModule):
         eval_greedy: bool = False,
         normalize_obs: bool = False,
         norm_clip_obs: float = 10.0,
+        histograms_every_n_updates: int | None = None,
     ) -> None:
         super().__init__(env_spec)
         self.save_hyperparameters()
@@ -232,6 +237,8 @@ class SPO(RLModule):
         if self.env_spec.num_seats > 1:  # self-play: replay keeps the ticks, not the collector's carried rows
             batch = strip_carried(batch, self.env_spec.num_seats)
         ess, alive = batch.pop(SEARCH_ESS), batch.pop(SEARCH_ALIVE)
+        if self.keep_histogram_source:  # the Histograms callback reads it after this step, then drops it
+            self.histogram_source = batch
         if self.obs_normalizer is not None:  # training collection only: the replay keeps the raw observations
             self.obs_normalizer.update(batch[keys.OBS])
         stats: dict[str, torch.Tensor] = {}
@@ -277,7 +284,12 @@ class SPO(RLModule):
     def configure_callbacks(self) -> list[Any]:
         from rl_lightning.callbacks.soft_target_update import SoftTargetUpdate
 
-        return [SoftTargetUpdate(tau=self.hparams.tau)]
+        return [*super().configure_callbacks(), SoftTargetUpdate(tau=self.hparams.tau)]
+
+    @torch.no_grad()
+    def histogram_tensors(self) -> dict[str, torch.Tensor]:
+        """The last rollout's search results and the updated prior's outputs on its observations."""
+        return spo_histograms(self, self.histogram_source)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         hp = self.hparams
@@ -418,5 +430,6 @@ def _check_hparams(hp: Any) -> None:
         ("epsilon", hp.epsilon > 0, "use a positive KL bound, e.g. 0.5"),
         ("epsilon_alpha", hp.epsilon_alpha > 0, "use a positive KL bound, e.g. 1e-3"),
         ("norm_clip_obs", hp.norm_clip_obs > 0, "use a positive bound, e.g. 10"),
+        histograms_check(hp.histograms_every_n_updates),
     ]
     check_fields(checks, hp)
