@@ -1,74 +1,174 @@
-"""Recurrent PPO (LSTM) vs feed-forward PPO on the velocity-masked CartPole (rl-zoo's ``CartPoleNoVel-v1``).
+"""Recurrent PPO (LSTM) against feed-forward PPO and sb3-contrib's RecurrentPPO on two tasks that need memory.
 
-    python benchmarks/recurrent.py                       # seeds 0 1, budget 100k env steps each
-    python benchmarks/recurrent.py --seeds 3 --steps 100000
+    python benchmarks/recurrent.py                                    # CartPole [x, theta], seeds 0 1
+    python benchmarks/recurrent.py --seeds 3 --peer-python /tmp/sb3c_venv/bin/python
+    python benchmarks/recurrent.py --task repeat_first --seeds 2 --peer-python V/bin/python
 
-The torch-native CartPole observing ``[x, theta]`` only (``CartPole(observe="position")``): without the velocities a
-feed-forward policy cannot tell which way the pole is moving, so it needs memory. Each run is an in-process
-``rl-lightning fit`` of a bundled config, seeds interleaved (recurrent, feed-forward, recurrent, ...):
+``--task cartpole``: the torch-native CartPole observing ``[x, theta]`` only (``CartPole(observe="position")``,
+rl-zoo's ``CartPoleNoVel-v1``): without the velocities a feed-forward policy cannot tell which way the pole moves.
+Recurrent: ``configs/ppo_lstm_cartpole_novel.yaml`` as shipped (rl-zoo's ``ppo_lstm`` settings); feed-forward:
+``configs/ppo.yaml`` (rl-zoo's ``ppo`` CartPole-v1 settings) with the env switched to ``observe: position``. Solved
+at a mean return >= 475 (CartPole-v1's ``reward_threshold``).
 
-* recurrent: ``configs/ppo_lstm_cartpole_novel.yaml`` as shipped (rl-zoo's ``ppo_lstm`` settings for CartPoleNoVel-v1);
-* feed-forward: ``configs/ppo.yaml`` (rl-zoo's ``ppo`` CartPole-v1 settings) with the env switched to
-  ``observe: position`` and the same budget.
+``--task repeat_first``: POPGym's RepeatFirstEasy (needs the ``memory`` extra): name the suit of the episode's first
+card at each of its 51 steps (+-1/51 a step). Recurrent: ``configs/ppo_lstm_repeat_first.yaml``; feed-forward:
+``configs/ppo.yaml`` with that env and SB3 PPO's defaults (below), which can only guess (about -0.5). Solved at a mean
+return >= 0.9 (about 97.5% of the steps right).
 
-An evaluation of ``--eval-episodes`` deterministic episodes runs every ``--eval-every`` env steps and stops the run at
-the first mean return >= 475 (CartPole-v1's ``reward_threshold``, the zoo's threshold). Reported per run: env steps
-to solve (or the best score within the budget), training wall time to the crossing (evaluation time excluded).
+Each run is an in-process ``rl-lightning fit`` of the bundled config; with ``--peer-python`` (a venv holding
+``torch==2.13.0``, ``sb3-contrib`` and ``gymnasium``, plus ``popgym`` for ``repeat_first``) sb3-contrib's
+RecurrentPPO runs ``benchmarks/peers/sb3_recurrent_ppo.py --task T`` with the same settings, budget and evaluation
+protocol. Seeds are interleaved (recurrent, peer, feed-forward, recurrent, ...) so a shared machine's load hits all
+alike. ``--eval-episodes`` deterministic episodes every ``--eval-every`` env steps (checked after each update); a
+run stops at the first mean return >= the target. Training seconds exclude evaluation on both sides.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from _common import RunResult, TargetEvaluation, fit_with, median_or_inf, print_summary
 
 # isort: split
 from rl_lightning.envs import CartPole
 
-TARGET = 475.0
+PEER_SCRIPT = Path(__file__).resolve().parent / "peers" / "sb3_recurrent_ppo.py"
+WALL_TARGET = 0.5  # issue 22: ours' training wall time to solve <= 0.5x sb3-contrib's
 _MASKED = '{"class_path": "rl_lightning.envs.CartPole", "init_args": {"observe": "position"}}'
-MASKED_ENV = ["--data.init_args.env", _MASKED]
-RUNS = {
-    "recurrent (LSTM)": ("ppo_lstm_cartpole_novel.yaml", []),
-    "feed-forward": ("ppo.yaml", MASKED_ENV),
-}
+_REPEAT_FIRST = (
+    '{"class_path": "rl_lightning.envs.GymnasiumEnv", "init_args": {"env_id": "popgym:popgym-RepeatFirstEasy-v0"}}'
+)
+# SB3 PPO's defaults (the recurrent config's are sb3-contrib RecurrentPPO's): batch_size 64 = 16 minibatches of 1,024.
+_REPEAT_FIRST_FEED_FORWARD = {
+    "data.init_args.env": _REPEAT_FIRST, "data.init_args.num_envs": "8", "data.init_args.num_steps": "128",
+    "model.init_args.num_minibatches": "16", "model.init_args.update_epochs": "10", "model.init_args.lr": "0.0003",
+    "model.init_args.anneal_lr": "false", "model.init_args.gamma": "0.99", "model.init_args.gae_lambda": "0.95",
+    "model.init_args.ent_coef": "0.0",
+}  # fmt: skip
 
 
-def run(name: str, seed: int, steps: int, eval_every: int, episodes: int) -> RunResult:
-    config, extra = RUNS[name]
+@dataclass(frozen=True)
+class Task:
+    """One memory task: its bundled configs (name -> config and CLI overrides), target and default protocol."""
+
+    title: str
+    runs: dict[str, tuple[str, list[str]]]
+    target: float
+    steps: int
+    eval_every: int
+    eval_env: Callable[[], Any] | None  # None: a copy of the training env
+
+
+TASKS = {
+    "cartpole": Task(
+        "CartPole [x, theta]",
+        {"recurrent (LSTM)": ("ppo_lstm_cartpole_novel.yaml", []),
+         "feed-forward": ("ppo.yaml", ["--data.init_args.env", _MASKED])},  # fmt: skip
+        475.0, 100_000, 5_120, lambda: CartPole(observe="position"),
+    ),
+    "repeat_first": Task(
+        "POPGym RepeatFirstEasy",
+        {"recurrent (LSTM)": ("ppo_lstm_repeat_first.yaml", []),
+         "feed-forward": ("ppo.yaml", [part for k, v in _REPEAT_FIRST_FEED_FORWARD.items() for part in (f"--{k}", v)])},
+        0.9, 200_000, 10_240, None,
+    ),
+}  # fmt: skip
+PEER = "sb3-contrib RecurrentPPO"
+
+
+def run_ours(task: Task, name: str, seed: int, args: argparse.Namespace) -> RunResult:
+    config, extra = task.runs[name]
+    env = task.eval_env() if task.eval_env is not None else None
     evaluation = TargetEvaluation(
-        "return", TARGET, every_n_env_steps=eval_every, num_episodes=episodes, env=CartPole(observe="position")
+        "return", task.target, every_n_env_steps=args.eval_every, num_episodes=args.eval_episodes, env=env
     )
-    result = fit_with(config, seed, evaluation, [*extra, "--data.init_args.total_env_steps", str(steps)])
+    result = fit_with(config, seed, evaluation, [*extra, "--data.init_args.total_env_steps", str(args.steps)])
     solved = f"solved at {result.env_steps} env steps" if result.crossed else f"not solved (best {result.best_score})"
-    curve = " ".join(f"{int(h['env_steps'])}:{h['score']:.0f}" for h in result.history)
-    print(f"{name:17s} seed {seed}: {solved}, train {result.train_seconds:.0f} s; curve {curve}", flush=True)
+    curve = " ".join(f"{int(h['env_steps'])}:{h['score']:.2f}" for h in result.history)
+    print(f"{name:17s} seed {seed}: {solved}, train {result.train_seconds:.1f} s; curve {curve}", flush=True)
     return result
+
+
+def run_peer(task_name: str, seed: int, args: argparse.Namespace) -> RunResult:
+    """The peer script in its own venv; its JSON line as a ``RunResult`` (train seconds to the crossing if any)."""
+    cmd = [args.peer_python, str(PEER_SCRIPT), "--task", task_name, "--seed", str(seed), "--steps", str(args.steps),
+           "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
+           "--target", str(TASKS[task_name].target)]  # fmt: skip
+    out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+    crossed = out["solved_at"] is not None
+    seconds = out["train_seconds_at_solve"] if crossed else out["train_seconds"]
+    scores = [score for _, score in out["curve"]] or [float("nan")]
+    history = [{"env_steps": float(steps), "score": score} for steps, score in out["curve"]]
+    result = RunResult(seed, crossed, out["solved_at"], seconds, 0.0, seconds, scores[-1], max(scores),
+                       out["env_steps"], history)  # fmt: skip
+    solved = f"solved at {result.env_steps} env steps" if crossed else f"not solved (best {result.best_score})"
+    curve = " ".join(f"{int(steps)}:{score:.2f}" for steps, score in out["curve"])
+    print(f"{PEER} seed {seed}: {solved}, train {seconds:.1f} s; curve {curve}", flush=True)
+    return result
+
+
+def peer_verdicts(ours: list[RunResult], theirs: list[RunResult]) -> tuple[list[tuple[str, str, str, str]], bool]:
+    """Rows comparing env steps and per-seed training-time ratios (side by side) against the targets."""
+    ours_steps, their_steps = median_or_inf([r.env_steps for r in ours]), median_or_inf([r.env_steps for r in theirs])
+    ratios = [mine.train_seconds / peer.train_seconds for mine, peer in zip(ours, theirs)]
+    both = all(r.crossed for r in ours + theirs)
+    ratio = statistics.median(ratios)
+    steps_ok, wall_ok = ours_steps <= their_steps, both and ratio <= WALL_TARGET
+    per_seed = ", ".join(f"{r:.2f}" for r in ratios)
+    rows = [
+        ("median env steps to solve, ours vs peer", f"{ours_steps:,.0f} vs {their_steps:,.0f}", "ours <= peer",
+         "PASS" if steps_ok else "FAIL"),
+        ("training seconds to solve, ours / peer per seed", f"{per_seed} (median {ratio:.2f})",
+         f"<= {WALL_TARGET}" + ("" if both else " (a run did not solve: seconds are its whole budget)"),
+         "PASS" if wall_ok else "FAIL"),
+    ]  # fmt: skip
+    return rows, steps_ok and wall_ok
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", choices=sorted(TASKS), default="cartpole")
     parser.add_argument("--seeds", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=100_000)
-    parser.add_argument("--eval-every", type=int, default=5_120)
+    parser.add_argument("--steps", type=int, default=None, help="env-step budget per run (default: the task's)")
+    parser.add_argument("--eval-every", type=int, default=None, help="env steps between evaluations (task default)")
     parser.add_argument("--eval-episodes", type=int, default=20)
+    parser.add_argument("--peer-python", default=None, help="python of a venv with sb3-contrib (adds the peer runs)")
+    parser.add_argument("--no-feed-forward", action="store_true", help="skip the feed-forward contrast runs")
     args = parser.parse_args()
-    results: dict[str, list[RunResult]] = {name: [] for name in RUNS}
-    for seed in range(args.seeds):  # interleaved: both variants see the same machine load
-        for name in RUNS:
-            results[name].append(run(name, seed, args.steps, args.eval_every, args.eval_episodes))
+    task = TASKS[args.task]
+    args.steps = args.steps or task.steps
+    args.eval_every = args.eval_every or task.eval_every
+    names = [name for name in task.runs if not (args.no_feed_forward and name == "feed-forward")]
+    results: dict[str, list[RunResult]] = {name: [] for name in names}
+    if args.peer_python:
+        results[PEER] = []
+    for seed in range(args.seeds):  # interleaved: every variant sees the same machine load
+        for name in results:
+            run = run_peer(args.task, seed, args) if name == PEER else run_ours(task, name, seed, args)
+            results[name].append(run)
     rows, verdicts = [], []
     for name, runs in results.items():
         solved = sum(r.crossed for r in runs)
         steps = median_or_inf([r.env_steps for r in runs])
         seconds = median_or_inf([r.train_seconds if r.crossed else None for r in runs])
-        measured = f"{solved}/{len(runs)} solved; median {steps:.0f} env steps, {seconds:.0f} s to solve"
+        measured = f"{solved}/{len(runs)} solved; median {steps:,.0f} env steps, {seconds:.1f} s to solve"
         recurrent = name.startswith("recurrent")
-        criterion = f"eval return >= {TARGET:.0f}" if recurrent else "contrast"
+        criterion = f"eval return >= {task.target:g}" if recurrent else "contrast"
         verdict = ("PASS" if solved == len(runs) else "FAIL") if recurrent else "info"
-        rows.append((f"{name} on CartPole [x, theta]", measured, criterion, verdict))
+        rows.append((f"{name} on {task.title}", measured, criterion, verdict))
         if recurrent:
             verdicts.append(solved == len(runs))
+    if args.peer_python:
+        peer_rows, ok = peer_verdicts(results["recurrent (LSTM)"], results[PEER])
+        rows += peer_rows
+        verdicts.append(ok)
     print_summary(rows, verdicts)
 
 
