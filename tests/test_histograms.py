@@ -23,10 +23,11 @@ QUIET = {"trainer": {"callbacks": [], "enable_progress_bar": False, "enable_mode
 ROLLOUT = ("advantage", "return", "value")
 
 
-def _fit(tmp_path: Path, monkeypatch: Any, config: str, overrides: dict[str, Any]) -> Any:
-    """A tiny in-process ``rl-lightning fit --config CONFIG`` without the config's callbacks."""
+def _fit(tmp_path: Path, monkeypatch: Any, config: str, overrides: dict[str, Any], **trainer: Any) -> Any:
+    """A tiny in-process ``rl-lightning fit --config CONFIG`` without the config's callbacks (or with
+    ``trainer``'s settings)."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "quiet.yaml").write_text(yaml.safe_dump(QUIET))
+    (tmp_path / "quiet.yaml").write_text(yaml.safe_dump({"trainer": {**QUIET["trainer"], **trainer}}))
     args = [item for key, value in overrides.items() for item in (f"--{key}", str(value))]
     return cli_main(["fit", "--config", config, "--config", "quiet.yaml", *args])
 
@@ -73,11 +74,16 @@ def _check_rollout(histograms: dict, batches: dict[int, Any], steps_per_update: 
 
 def test_ppo_cartpole_histograms_hold_each_due_rollout_at_its_env_step(tmp_path, monkeypatch):
     batches = _record_updates(monkeypatch, PPO)
+    loggers = [  # TensorBoard beside CSV: the histograms go to TensorBoard, the CSV keeps its scalars
+        {"class_path": "lightning.pytorch.loggers.TensorBoardLogger", "init_args": {"save_dir": "tb", "name": "r"}},
+        {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": "csv", "name": "r"}},
+    ]
     cli = _fit(tmp_path, monkeypatch, "ppo", {
         "model.init_args.histograms_every_n_updates": 2, "model.init_args.update_epochs": 2,
         "data.init_args.num_envs": 4, "data.init_args.num_steps": 16, "data.init_args.total_env_steps": 256,
-    })  # fmt: skip
-    histograms = _histograms(cli.trainer.log_dir)
+    }, logger=loggers)  # fmt: skip
+    assert next((tmp_path / "csv").rglob("metrics.csv")).read_text().count("\n") == 1 + 4  # header, 4 updates
+    histograms = _histograms(str(next((tmp_path / "tb").rglob("events.out.*")).parent))
     assert set(histograms) == {"rollout/advantage", "rollout/return", "rollout/value", "policy/logits"}
     for tag, events in histograms.items():
         assert [step for step, _ in events] == [128, 256], tag  # updates 2 and 4, 64 env steps each
@@ -258,3 +264,19 @@ def test_off_by_default_attaches_nothing_and_keeps_nothing(tmp_path, monkeypatch
     assert not any(isinstance(callback, Histograms) for callback in cli.trainer.callbacks)
     assert not cli.model.keep_histogram_source
     assert _histograms(cli.trainer.log_dir) == {}
+
+
+def test_a_resumed_run_keeps_the_cadence(tmp_path, monkeypatch):
+    """Every 3 updates: a run stopped after update 4 and resumed writes at update 6, not at its first update (5)."""
+    checkpoint = {"class_path": "rl_lightning.callbacks.RLCheckpoint", "init_args": {"every_n_updates": 1}}
+    overrides = {
+        "model.init_args.histograms_every_n_updates": 3, "model.init_args.update_epochs": 1,
+        "data.init_args.num_envs": 4, "data.init_args.num_steps": 16, "data.init_args.total_env_steps": 256,
+    }  # fmt: skip
+    first = _fit(tmp_path, monkeypatch, "ppo", overrides, callbacks=[checkpoint])
+    assert [step for step, _ in _histograms(first.trainer.log_dir)["rollout/advantage"]] == [192]
+    overrides.update({"data.init_args.total_env_steps": 384, "ckpt_path": "last"})
+    second = _fit(tmp_path, monkeypatch, "ppo", overrides, callbacks=[checkpoint])
+    assert second.model.updates == 6
+    assert second.trainer.log_dir != first.trainer.log_dir
+    assert [step for step, _ in _histograms(second.trainer.log_dir)["rollout/advantage"]] == [384]
