@@ -163,6 +163,28 @@ def test_collector_logs_the_game_score() -> None:
     collector.close()
 
 
+@needs_ale
+def test_sequence_collector_logs_the_game_score() -> None:
+    """DreamerV3's collector (next-step autoreset on ale-py's vector env) reports the same whole-game raw scores as
+    the env's own step outputs: the games that ended, each counted once (not again on the reset row after it)."""
+    from rl_lightning.data.sequence_collector import SequenceCollector
+    from rl_lightning.envs import AleVectorEnv
+
+    collector = SequenceCollector(BatchedEnv(AleVectorEnv("SpaceInvaders"), 1, seed=0), seed=0)
+    seen: list[TensorDict] = []
+    step = collector.env.step
+    collector.env.step = lambda action: seen.append(out := step(action)) or out  # record the env's own outputs
+    batch = collector.rollout(random_policy(6), 1000, policy_version=0)
+    over = torch.stack([out[keys.GAME_OVER] for out in seen])
+    scores = torch.stack([out[keys.GAME_SCORE] for out in seen])[over]
+    assert over.any()  # a game ended (random SpaceInvaders lasts ~500-900 agent steps)
+    stats = collector.episode_stats()
+    assert batch[keys.REWARD].max() == 1.0  # clipped training rewards
+    assert stats["game_score"] == pytest.approx(scores.mean().item())
+    assert stats["game_score"] > 5 * stats["episode_return"]
+    collector.close()
+
+
 def test_torch_envs_report_no_game_score() -> None:
     collector = Collector(BatchedEnv(CartPole(), 2), seed=0)
     collector.rollout(random_policy(2), 50, policy_version=0)

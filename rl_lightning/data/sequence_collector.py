@@ -132,6 +132,7 @@ class SequenceCollector(CollectorBase):
     def _step_next(self, action: torch.Tensor, last: torch.Tensor) -> TensorDict:
         """Next-step autoreset: one plain step; the rows in ``last`` are reset by it (their zeroed action ignored)."""
         out = self.env.step(action)
+        self.count_games(out)  # Atari presets: whole-game raw scores for rollout/game_score
         nxt = out.select(*self._obs_keys(out))
         nxt[keys.REWARD] = out[keys.REWARD]
         nxt[keys.IS_FIRST] = out[keys.IS_FIRST]
