@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
 import sys
 
 import pytest
 import torch
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Two xdist workers on a 2-core machine, each with torch's default of one thread per core, oversubscribe the
+    # cores: OpenMP's spin-waits then cost tens of ms per small op (a tiny DreamerV3 fit went from ~10 s to ~50 s).
+    torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
