@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import RunResult, TargetEvaluation, fit_with, median_or_inf, print_summary
+from _common import RunResult, TargetEvaluation, fit_with, median_or_inf, overrides_to_args, print_summary
 
 # isort: split
 from rl_lightning.envs import CartPole
@@ -89,7 +89,10 @@ def run_ours(task: Task, name: str, seed: int, args: argparse.Namespace) -> RunR
     evaluation = TargetEvaluation(
         "return", task.target, every_n_env_steps=args.eval_every, num_episodes=args.eval_episodes, env=env
     )
-    result = fit_with(config, seed, evaluation, [*extra, "--data.init_args.total_env_steps", str(args.steps)])
+    extra = [*extra, "--data.init_args.total_env_steps", str(args.steps)]
+    if name.startswith("recurrent"):
+        extra += overrides_to_args(args.override)
+    result = fit_with(config, seed, evaluation, extra)
     solved = f"solved at {result.env_steps} env steps" if result.crossed else f"not solved (best {result.best_score})"
     curve = " ".join(f"{int(h['env_steps'])}:{h['score']:.2f}" for h in result.history)
     print(f"{name:17s} seed {seed}: {solved}, train {result.train_seconds:.1f} s; curve {curve}", flush=True)
@@ -101,7 +104,8 @@ def run_peer(task_name: str, seed: int, args: argparse.Namespace) -> RunResult:
     cmd = [args.peer_python, str(PEER_SCRIPT), "--task", task_name, "--seed", str(seed), "--steps", str(args.steps),
            "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
            "--target", str(TASKS[task_name].target)]  # fmt: skip
-    out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+    peer = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)  # its stderr (eval scores) shows live
+    out = json.loads(peer.stdout.strip().splitlines()[-1])
     crossed = out["solved_at"] is not None
     seconds = out["train_seconds_at_solve"] if crossed else out["train_seconds"]
     scores = [score for _, score in out["curve"]] or [float("nan")]
@@ -136,11 +140,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", choices=sorted(TASKS), default="cartpole")
     parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds run are first-seed, first-seed + 1, ...")
     parser.add_argument("--steps", type=int, default=None, help="env-step budget per run (default: the task's)")
     parser.add_argument("--eval-every", type=int, default=None, help="env steps between evaluations (task default)")
     parser.add_argument("--eval-episodes", type=int, default=20)
     parser.add_argument("--peer-python", default=None, help="python of a venv with sb3-contrib (adds the peer runs)")
     parser.add_argument("--no-feed-forward", action="store_true", help="skip the feed-forward contrast runs")
+    parser.add_argument(
+        "--override", action="append", default=[], help="KEY=VALUE for our recurrent runs (repeatable), e.g. "
+        "model.init_args.anneal_clip=false (an ablation)",
+    )  # fmt: skip
     args = parser.parse_args()
     task = TASKS[args.task]
     args.steps = args.steps or task.steps
@@ -149,7 +158,7 @@ def main() -> None:
     results: dict[str, list[RunResult]] = {name: [] for name in names}
     if args.peer_python:
         results[PEER] = []
-    for seed in range(args.seeds):  # interleaved: every variant sees the same machine load
+    for seed in range(args.first_seed, args.first_seed + args.seeds):  # interleaved: all see the same machine load
         for name in results:
             run = run_peer(args.task, seed, args) if name == PEER else run_ours(task, name, seed, args)
             results[name].append(run)
