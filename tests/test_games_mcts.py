@@ -92,7 +92,10 @@ def test_search_bots_get_their_own_rows_engine_states_in_matches_and_in_self_pla
         assert torch.equal(ticks[keys.ACTION][spied], lowest[spied])
 
 
-@pytest.mark.parametrize(("game", "says"), [("pettingzoo", "does not expose"), ("hearts", "hides information")])
+@pytest.mark.parametrize(
+    ("game", "says"),
+    [("pettingzoo", "does not expose"), ("hearts", "hides information"), ("cliff_walking", "pays rewards during")],
+)
 def test_mcts_bot_is_refused_in_one_line_where_it_cannot_search(tmp_path, game, says):
     if game == "pettingzoo":
         pytest.importorskip("pettingzoo")
@@ -100,7 +103,7 @@ def test_mcts_bot_is_refused_in_one_line_where_it_cannot_search(tmp_path, game, 
 
         env = PettingZooEnv("classic/connect_four-v3")
     else:
-        env = OpenSpielEnv("open_spiel:hearts")
+        env = OpenSpielEnv(f"open_spiel:{game}")
     with pytest.raises(ConfigError, match=says) as err:
         resolve_panel([MCTS], env, None, None, torch.device("cpu"))
     assert "\n" not in str(err.value)
