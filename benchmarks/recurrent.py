@@ -124,7 +124,7 @@ def peer_verdicts(ours: list[RunResult], theirs: list[RunResult]) -> tuple[list[
     ratios = [mine.train_seconds / peer.train_seconds for mine, peer in zip(ours, theirs)]
     both = all(r.crossed for r in ours + theirs)
     ratio = statistics.median(ratios)
-    steps_ok, wall_ok = ours_steps <= their_steps, both and ratio <= WALL_TARGET
+    steps_ok, wall_ok = ours_steps < float("inf") and ours_steps <= their_steps, both and ratio <= WALL_TARGET
     per_seed = ", ".join(f"{r:.2f}" for r in ratios)
     rows = [
         ("median env steps to solve, ours vs peer", f"{ours_steps:,.0f} vs {their_steps:,.0f}", "ours <= peer",
