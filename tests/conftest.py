@@ -10,7 +10,6 @@ import sys
 import pytest
 import torch
 
-
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Two xdist workers on a 2-core machine, each with torch's default of one thread per core, oversubscribe the
     # cores: OpenMP's spin-waits then cost tens of ms per small op (a tiny DreamerV3 fit went from ~10 s to ~50 s).

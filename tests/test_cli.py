@@ -17,17 +17,21 @@ FRAGMENTS = sorted((ROOT / "callbacks").glob("*.yaml"))
 
 
 def _common_overrides(tmp_path: Path) -> list[str]:
-    return ["--trainer.logger.init_args.save_dir", str(tmp_path / "runs"), "--trainer.enable_progress_bar", "false"]
+    # One thread: the Atari configs' num_threads 2 beside a second xdist worker oversubscribes a 2-core machine.
+    return ["--trainer.logger.init_args.save_dir", str(tmp_path / "runs"), "--trainer.enable_progress_bar", "false",
+            "--num_threads", "1"]  # fmt: skip
 
 
-def _fast_overrides(tmp_path: Path, config: Path) -> list[str]:
-    """Two tiny updates of any bundled config (PPO: rollouts of 16 steps; SPO: also tiny search and batches)."""
+def _fast_overrides(tmp_path: Path, config: Path, few_envs: bool = False) -> list[str]:
+    """Two tiny updates of any bundled config (PPO: rollouts of 16 steps; SPO: also tiny search and batches);
+    ``few_envs``: at most 2 envs (fewer Atari emulators and CNN rows to build)."""
     loaded = yaml.safe_load(config.read_text())
     if loaded["model"]["class_path"].endswith(".BC"):  # behaviour cloning: 2 games recorded at start-up, 2 steps
         return ["--data.init_args.path", str(tmp_path / "records"), "--data.init_args.record_games", "2",
                 "--data.init_args.batch_size", "32", "--trainer.max_epochs", "1", "--model.init_args.hidden_sizes",
                 "[16]", *_common_overrides(tmp_path)]  # fmt: skip
     num_envs = loaded["data"]["init_args"]["num_envs"]
+    num_envs = min(num_envs, 2) if few_envs else num_envs
     if loaded["model"]["class_path"].endswith("DreamerV3"):
         train = {
             "data.init_args.rollout_length": 4,
@@ -39,6 +43,7 @@ def _fast_overrides(tmp_path: Path, config: Path) -> list[str]:
             "data.init_args.commit_stride": 2,
             "data.init_args.buffer_size": 256,
             "model.init_args.horizon": 2,
+            "model.init_args.size": "tiny",  # the wiring is the test; size S's CNN on 64x64 frames cost a minute
         }
     elif loaded["model"]["class_path"].endswith("SPO"):
         train = {
@@ -57,6 +62,7 @@ def _fast_overrides(tmp_path: Path, config: Path) -> list[str]:
             "model.init_args.update_epochs": 1,
             "model.init_args.num_minibatches": 2,
         }
+    train["data.init_args.num_envs"] = num_envs
     if loaded["data"]["init_args"]["env"]["class_path"].startswith("rl_lightning.envs.Gymnasium"):
         train["data.init_args.env.init_args.env_kwargs"] = "{max_episode_steps: 20}"  # short evaluation episodes
     args = [item for key, value in train.items() for item in (f"--{key}", str(value))]
@@ -64,15 +70,19 @@ def _fast_overrides(tmp_path: Path, config: Path) -> list[str]:
 
 
 def _short_evaluation(tmp_path: Path, config: Path, loaded: dict) -> list[str]:
-    """The config's callbacks with evaluation episodes cut at 50 steps: backends without ``env_kwargs``
-    (``AleVectorEnv``) would otherwise play whole untrained Atari games (27,000 steps each) at the end of the fit."""
+    """The config's callbacks with 2 evaluation episodes cut at 50 steps (8 games for a game panel): backends without
+    ``env_kwargs`` (``AleVectorEnv``) would otherwise play whole untrained Atari games (27,000 steps each) at the end
+    of the fit, and the Hearts panel 800 hands."""
     callbacks = loaded.get("trainer", {}).get("callbacks") or []
-    if not any(cb["class_path"].endswith(".Evaluation") for cb in callbacks):
+    if not any(cb["class_path"].endswith("Evaluation") for cb in callbacks):
         return []
-    def shortened(cb: dict) -> dict:
-        return {**cb, "init_args": {**(cb.get("init_args") or {}), "max_steps": 50}}
 
-    short = [shortened(cb) if cb["class_path"].endswith(".Evaluation") else cb for cb in callbacks]
+    def shortened(cb: dict) -> dict:
+        game = cb["class_path"].endswith(".GameEvaluation")
+        short = {"num_games": 8} if game else {"max_steps": 50, "num_episodes": 2}
+        return {**cb, "init_args": {**(cb.get("init_args") or {}), **short}}
+
+    short = [shortened(cb) if cb["class_path"].endswith("Evaluation") else cb for cb in callbacks]
     fragment = tmp_path / f"{config.stem}_short_eval.yaml"
     fragment.write_text(yaml.safe_dump({"trainer": {"callbacks": short}}))
     return ["--config", str(fragment)]
@@ -81,7 +91,7 @@ def _short_evaluation(tmp_path: Path, config: Path, loaded: dict) -> list[str]:
 @pytest.mark.parametrize("config", CONFIGS)
 def test_every_config_fits_by_name_from_another_directory(tmp_path, monkeypatch, config):
     monkeypatch.chdir(tmp_path)  # bundled configs resolve by bare name from any directory
-    cli = cli_main(["fit", "--config", config.stem, *_fast_overrides(tmp_path, config)])
+    cli = cli_main(["fit", "--config", config.stem, *_fast_overrides(tmp_path, config, few_envs=True)])
     assert cli.model.updates == 2
     log_dir = Path(cli.trainer.log_dir)
     assert (log_dir / "config.yaml").is_file()  # SaveConfigCallback

@@ -19,7 +19,11 @@ def _one_config_per_callback_layout() -> list:
     Atari and MuJoCo configs only add seconds of env and CNN construction. The cheapest config of each layout."""
     chosen: dict[tuple, object] = {}
     costly = ("atari", "halfcheetah")
-    for param in sorted(bundled_configs(), key=lambda p: (any(c in p.values[0].stem for c in costly), p.values[0].stem)):
+
+    def cost(param) -> tuple[bool, str]:
+        return any(c in param.values[0].stem for c in costly), param.values[0].stem
+
+    for param in sorted(bundled_configs(), key=cost):
         loaded = yaml.safe_load(param.values[0].read_text())
         layout = (loaded["model"]["class_path"], tuple(_short(cb["class_path"]) for cb in _entries_of(loaded)))
         chosen.setdefault(layout, param)
