@@ -77,7 +77,7 @@ TASKS = {
         "POPGym RepeatFirstEasy",
         {"recurrent (LSTM)": ("ppo_lstm_repeat_first.yaml", []),
          "feed-forward": ("ppo.yaml", [part for k, v in _REPEAT_FIRST_FEED_FORWARD.items() for part in (f"--{k}", v)])},
-        0.9, 200_000, 10_240, None,
+        0.9, 500_000, 10_240, None,
     ),
 }  # fmt: skip
 PEER = "sb3-contrib RecurrentPPO"
