@@ -190,9 +190,12 @@ def test_normaliser_in_the_graph_matters(checkpoint, tmp_path, case):
 
 
 def test_dreamer_player_carries_its_state_across_episode_boundaries(checkpoint):
-    # The player's stochastic state is a one-hot argmax: on this untrained net a near tie flips with the matmul
-    # reduction order, i.e. with torch's thread count (it failed once in a full run where an earlier test's restore
-    # left 2 threads). Compare at one thread, rl_lightning's CPU default (conftest restores the count afterwards).
+    """Each step of the exported player, fed the state ``load_policy``'s player carried into that step, gives that
+    player's action and next state. The reference's state is fed (not the export's own output): the stochastic
+    state is a one-hot argmax, and on this untrained net a near tie can flip between torch's and onnxruntime's
+    matmul reduction orders (it did, once in several full runs); carried on, one flip would change every later step.
+    A flip is allowed in at most 1% of the rows, and only there may the action differ; the carry across episode
+    ends is the graph's own (``is_first`` must clear the state it is given)."""
     torch.set_num_threads(1)
     ckpt = checkpoint("dreamer_cartpole")
     paths, graph = export_both(ckpt)
@@ -204,22 +207,29 @@ def test_dreamer_player_carries_its_state_across_episode_boundaries(checkpoint):
     assert any(s[keys.IS_FIRST].any() for s in steps[1:]), "no episode ended: the carry across resets is untested"
     session = ort.InferenceSession(str(paths["onnx"]), providers=["CPUExecutionProvider"])
     program = torch.export.load(str(paths["torch_export"])).module()
-    carry = {fmt: graph.zero_state(8) for fmt in ("onnx", "torch_export")}
+    names = list(graph.zero_state(8))
+    carried = graph.zero_state(8)
+    flipped = {"onnx": 0, "torch_export": 0}
     for step in steps:
         want = policy(step[keys.OBS], is_first=step[keys.IS_FIRST])
+        player = policy._player
         obs, first = step[keys.OBS].numpy(), step[keys.IS_FIRST].numpy()
         outs = {
-            "onnx": session.run(None, {"obs": obs, "is_first": first, **{k: v.numpy() for k, v in
-                                                                     carry["onnx"].items()}}),
+            "onnx": session.run(None, {"obs": obs, "is_first": first, **{k: v.numpy() for k, v in carried.items()}}),
             "torch_export": [t.detach().numpy() for t in program(torch.from_numpy(obs), torch.from_numpy(first),
-                                                                 *carry["torch_export"].values())],
+                                                                 *carried.values())],
         }  # fmt: skip
+        stoch = player.state["stoch"].numpy()
         for fmt, out in outs.items():
-            np.testing.assert_array_equal(out[0], want.numpy(), err_msg=fmt)
-            np.testing.assert_allclose(out[-3], policy.state["deter"].numpy(), atol=TOL, rtol=0, err_msg=fmt)
-            np.testing.assert_allclose(out[-2], policy.state["stoch"].numpy(), atol=TOL, rtol=0, err_msg=fmt)
-            carry[fmt] = {name: torch.from_numpy(np.asarray(v)) for name, v in
-                          zip(carry[fmt], out[-3:], strict=True)}  # fmt: skip
+            np.testing.assert_allclose(out[-3], player.state["deter"].numpy(), atol=TOL, rtol=0, err_msg=fmt)
+            rows = (np.abs(out[-2] - stoch) > 0.5).reshape(len(stoch), -1).any(axis=1)  # another class's one-hot
+            flipped[fmt] += int(rows.sum())
+            np.testing.assert_allclose(out[-2][~rows], stoch[~rows], atol=TOL, rtol=0, err_msg=fmt)
+            np.testing.assert_array_equal(out[0][~rows], want.numpy()[~rows], err_msg=fmt)
+            np.testing.assert_allclose(out[-1][~rows], player.prev_action.numpy()[~rows], atol=TOL, err_msg=fmt)
+        carried = dict(zip(names, (player.state["deter"], player.state["stoch"], player.prev_action), strict=True))
+    for fmt, count in flipped.items():
+        assert count <= 0.01 * len(steps) * 8, (fmt, count)
 
 
 def test_stochastic_export_samples_as_the_module_does_from_the_same_noise(checkpoint, tmp_path):
