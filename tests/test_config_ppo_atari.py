@@ -19,7 +19,7 @@ TINY = {
 }
 BACKENDS = [
     pytest.param("AleVectorEnv", "ale_py", id="ale_vector"),
-    pytest.param("EnvPoolEnv", "envpool", id="envpool"),
+    pytest.param("EnvPoolEnv", "envpool", id="envpool", marks=pytest.mark.slow),  # EnvPool's eval form: the matrix
 ]
 
 

@@ -431,6 +431,7 @@ def fit_cli(tmp_path, config: str, env: dict | None = None) -> dict:
     return ring
 
 
+@pytest.mark.slow  # the default suite's CLI fit of DreamerV3 on MuJoCo is test_backend_matrix_fits (dreamer, mujoco)
 def test_cli_fit_on_mujoco_through_a_vector_backend(tmp_path) -> None:
     """DreamerV3 from the CLI on HalfCheetah-v5 stepped by Gymnasium's SyncVectorEnv: the ring holds its states."""
     env = {
@@ -444,7 +445,8 @@ def test_cli_fit_on_mujoco_through_a_vector_backend(tmp_path) -> None:
     assert len(torch.unique(obs.reshape(-1, 17), dim=0)) > 0.9 * obs.shape[0] * obs.shape[1]  # the env moved
 
 
-@needs_ale
+@pytest.mark.slow  # default suite: test_cli's fit of dreamer_atari.yaml and test_backend_matrix_fits (dreamer, ale);
+@needs_ale  # the ring's frames against ale-py's own: test_ale_vector_rows_are_ale_py_s_frames_...
 def test_cli_fit_of_the_atari_config_on_ale_vector_env(tmp_path) -> None:
     """``configs/dreamer_atari.yaml`` as shipped (AleVectorEnv), shrunk: the ring holds frames the game produced,
     not one frame over and over (what stepping fresh env copies gave)."""
