@@ -284,7 +284,7 @@ def run_spo_vs_ppo(env_steps: int, games: int, workdir: str, spo_ckpt: str, ppo_
     Trains ``configs/spo_connect_four.yaml`` and ``configs/ppo_connect_four.yaml`` to ``env_steps`` each (one after
     the other, shipped settings otherwise), unless their checkpoints are given, then plays SPO's policy network
     against PPO's (both sampling, seats alternated) and each against uniformly random play. SPO plays its prior
-    alone here: the match driver's players see observations, not the engine state a search would step.
+    alone here: SPO's search steps snapshots of the rl_lightning env, which the match driver's players do not hold.
     """
     import subprocess
 
@@ -330,8 +330,8 @@ def run_spo_vs_ppo(env_steps: int, games: int, workdir: str, spo_ckpt: str, ppo_
 def _c4_search_record(spo: Any, opponent: Any, games: int, seed: int, greedy: bool = False) -> tuple[int, int, int]:
     """``(wins, draws, losses)`` of SPO acting through its search (a draw from the target, as its evaluation plays;
     ``greedy``: the target's argmax, its ``eval_greedy`` form) in ``games`` Connect Four games against the bot
-    ``opponent``, seats alternated; a loop of its own, since the match driver's players see observations, not the
-    engine state the search steps."""
+    ``opponent``, seats alternated; a loop of its own, since SPO's search steps snapshots of the rl_lightning env,
+    which the match driver's players do not hold."""
     from rl_lightning.algos.spo.search import smc_search
 
     env = OpenSpielEnv("open_spiel:connect_four")

@@ -37,7 +37,8 @@ GAME_SCORE = "game_score"
 class PolicyBot:
     """A policy module (PPO, SPO's prior, ...) as a bot: its ``act`` on the acting seats' observations and masks.
 
-    SPO plays with its prior alone here: its search needs the engine state, which the bot protocol does not carry.
+    SPO plays with its prior alone here: its search steps snapshots of the rl_lightning env, which a bot does not
+    hold (a bot may ask for its rows' live OpenSpiel states with ``needs_engine_state``, as ``OpenSpielMCTSBot`` does).
 
     Args:
         module: an ``RLModule`` (anything with ``act(td, generator, deterministic)`` and ``device``); the caller
