@@ -15,7 +15,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
-    "algo", ["ppo", "ppo_norm", "recurrent_ppo", "spo", "dreamer", "dreamer_f64", "dreamer_compiled"]
+    "algo",
+    [
+        "ppo",
+        "ppo_norm",
+        "recurrent_ppo",
+        "spo",
+        "dreamer",
+        "dreamer_f64",
+        pytest.param("dreamer_compiled", marks=pytest.mark.slow),
+    ],  # 20 s; compiled regions: test_dreamer_compile
 )
 def test_ddp_two_cpu_processes(tmp_path, algo):
     if algo == "dreamer_f64":

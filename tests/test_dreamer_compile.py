@@ -156,6 +156,7 @@ def test_a_fresh_module_reuses_the_compiled_regions(eager_and_compiled):
     assert counters["stats"]["unique_graphs"] == before
 
 
+@pytest.mark.slow  # 18 s of compiling; the default suite keeps test_compiled_step_compiles_each_region_once
 def test_cli_fit_with_compile_update_never_recompiles(tmp_path, monkeypatch):
     """``configs/dreamer.yaml`` with ``compile_update: true`` through the CLI: dynamo logs no recompilation, no
     warning is printed, and the checkpoint holds the gradient steps taken."""
