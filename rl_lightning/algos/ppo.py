@@ -14,6 +14,7 @@ from rl_lightning.algos.base import RLModule
 from rl_lightning.algos.histograms import histograms_check, policy_histograms
 from rl_lightning.algos.init_weights import load_init_weights
 from rl_lightning.algos.optimizer_steps import OptimizerSteps
+from rl_lightning.algos.selfplay_targets import TRAIN_KEY, selfplay_targets
 from rl_lightning.envs.base import ACTION_KINDS, EnvSpec, require_action_kind
 from rl_lightning.errors import ConfigError, check_fields, require_torch_compile
 from rl_lightning.networks import distributions as D
@@ -22,10 +23,8 @@ from rl_lightning.networks.mlp import flat_size, mlp
 from rl_lightning.networks.normalizers import RewardScaler, observation_normalizer
 from rl_lightning.objectives.gae import generalized_advantage_estimate
 from rl_lightning.objectives.ppo import explained_variance, ppo_loss
-from rl_lightning.objectives.seat_credit import seat_credit, seat_gae
 
 REWARD_RETURNS_KEY = "reward_scaler_returns"
-TRAIN_KEY = "train"  # self-play rollouts: the rows that learn (learning seats' decisions whose credit is complete)
 # What one optimiser step reports, in this order (logged as ``train/<name>``, averaged over the update's steps).
 TERM_NAMES = ("loss", "loss_policy", "loss_value", "loss_entropy", "approx_kl", "clip_fraction", "entropy", "grad_norm")
 _KL_INDEX = TERM_NAMES.index("approx_kl")
@@ -321,7 +320,7 @@ class PPO(RLModule):
         if keys.VALUE not in batch:
             batch[keys.VALUE] = self.critic(self._critic_features(batch)).squeeze(-1)
         if self.env_spec.num_seats > 1:
-            return self._process_selfplay(batch)
+            return selfplay_targets(self, batch)
         batch[keys.NEXT_VALUE] = self._next_value(batch)
         reward = batch[keys.REWARD]  # stays raw in the rollout
         if self.reward_scaler is not None:
@@ -340,40 +339,6 @@ class PPO(RLModule):
         batch[keys.ADVANTAGE] = advantage
         batch[keys.RETURN] = value_target
         return batch
-
-    def _process_selfplay(self, batch: TensorDict) -> TensorDict:
-        """Per-seat targets of a self-play rollout (``objectives/seat_credit.py``): each decision's credited reward,
-        its seat's next value, GAE along the seat's own decisions; ``train`` marks the rows that learn (learning
-        seats, credit complete)."""
-        credit = seat_credit(
-            batch[keys.SEAT],
-            batch[keys.REWARD],
-            batch[keys.TERMINATED],
-            batch[keys.TRUNCATED],
-            batch[keys.VALUE],
-            self._final_seat_values(batch),
-        )
-        advantage, value_target = seat_gae(credit, batch[keys.VALUE], self.hparams.gamma, self.hparams.gae_lambda)
-        batch[keys.NEXT_VALUE] = credit.next_value
-        batch[keys.ADVANTAGE] = advantage
-        batch[keys.RETURN] = value_target
-        batch[TRAIN_KEY] = batch["learner"] & ~credit.open
-        return batch
-
-    def _final_seat_values(self, batch: TensorDict) -> torch.Tensor | None:
-        """``[T, B, S]``: each seat's value of its own view of a truncated game's last state (0 on other ticks);
-        ``None`` when the env never truncates (it then emits no ``final_obs``)."""
-        if keys.FINAL_OBS not in batch:
-            return None
-        truncated = batch[keys.TRUNCATED]
-        final_obs = batch[keys.FINAL_OBS][truncated]  # [N, S, *obs]: one host sync per rollout
-        seats = self.env_spec.num_seats
-        rows = TensorDict({keys.OBS: final_obs.reshape(-1, *final_obs.shape[2:])}, [final_obs.shape[0] * seats])
-        values = torch.zeros(*truncated.shape, seats, dtype=batch[keys.VALUE].dtype, device=truncated.device)
-        if final_obs.shape[0] == 0:  # no game was truncated in this rollout
-            return values
-        values[truncated] = self.critic(self._critic_features(rows)).reshape(-1, seats).to(values.dtype)
-        return values
 
     def _next_value(self, batch: TensorDict) -> torch.Tensor:
         """``V(final_obs)`` of every step of a ``[T, B]`` rollout, running the critic only where it must.
