@@ -168,10 +168,13 @@ PENDULUM_ENVS = {
 }  # fmt: skip
 
 
-def run_pendulum(seeds: list[int], steps: int, every: int, episodes: int) -> list[tuple[str, str, str, str]]:
-    finals: dict[str, list[float]] = {name: [] for name in PENDULUM_ENVS}
+def run_pendulum(
+    seeds: list[int], steps: int, every: int, episodes: int, envs: list[str]
+) -> list[tuple[str, str, str, str]]:
+    finals: dict[str, list[float]] = {name: [] for name in envs}
     for seed in seeds:
-        for name, args in PENDULUM_ENVS.items():  # interleaved: both envs under the same machine load
+        for name in envs:  # interleaved: both envs under the same machine load
+            args = PENDULUM_ENVS[name]
             callback = TargetEvaluation("return", None, every_n_env_steps=every, num_episodes=episodes)
             extra = [*args, "--data.init_args.total_env_steps", str(steps)]
             result = fit_with("dreamer_pendulum.yaml", seed, callback, extra)
@@ -190,6 +193,10 @@ def main() -> None:
     parser.add_argument("--pendulum-steps", type=int, default=8000)
     parser.add_argument("--eval-every", type=int, default=1000)
     parser.add_argument("--eval-episodes", type=int, default=5)
+    parser.add_argument(
+        "--pendulum-envs", default=",".join(PENDULUM_ENVS), help=f"comma list of {', '.join(PENDULUM_ENVS)} (one "
+        "per process runs them side by side)",
+    )  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(1)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -200,7 +207,8 @@ def main() -> None:
     if "wm_loss" in sections:
         rows += run_wm_loss(seeds[0], args.atari_grad_steps)
     if "pendulum" in sections:
-        rows += run_pendulum(seeds, args.pendulum_steps, args.eval_every, args.eval_episodes)
+        envs = args.pendulum_envs.split(",")
+        rows += run_pendulum(seeds, args.pendulum_steps, args.eval_every, args.eval_episodes, envs)
     overall = print_summary(rows, [row[3] == "PASS" for row in rows if row[3] in ("PASS", "FAIL")])
     if overall is not None:
         print(f"OVERALL: {'PASS' if overall else 'FAIL'}")

@@ -1,7 +1,8 @@
 """``rl-lightning tune`` on PPO CartPole: does a study find settings that reach the target in fewer env steps than the
 bundled ``ppo.yaml``, how long does it take, and how much faster do two workers on one SQLite study finish?
 
-    python benchmarks/tune.py                       # 20 trials x 30k env steps, then 3 seeds each of bundled vs best
+    python benchmarks/tune.py                       # 20 trials x 2 seeds x 30k env steps, then 3 seeds each of
+                                                    # bundled vs best
     python benchmarks/tune.py --skip-study          # only the parallel-workers ratio
     python benchmarks/tune.py --trials 6 --budget 20000 --seeds 2 --parallel-trials 4   # a cheaper run
 
@@ -50,10 +51,11 @@ def _tune(folder: Path, trials: int, budget: int, extra: list[str]) -> subproces
     return subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def study(folder: Path, trials: int, budget: int) -> tuple[float, Path]:
-    """Run the study; its wall time and ``best.yaml``."""
+def study(folder: Path, trials: int, budget: int, seeds_per_trial: int) -> tuple[float, Path]:
+    """Run the study (a trial scores the mean over ``seeds_per_trial`` fits); its wall time and ``best.yaml``."""
     start = time.perf_counter()
-    process = _tune(folder, trials, budget, ["--objective", "auc", "--pruner", "median", "--sampler_seed", "0"])
+    options = ["--objective", "auc", "--pruner", "median", "--sampler_seed", "0", "--seeds_per_trial"]
+    process = _tune(folder, trials, budget, [*options, str(seeds_per_trial)])
     output = process.communicate()[0]
     seconds = time.perf_counter() - start
     if process.returncode != 0:
@@ -91,6 +93,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--budget", type=int, default=30_000, help="env steps per trial")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per config in the comparison")
+    parser.add_argument("--seeds-per-trial", type=int, default=2, help="fits per trial, the objective their mean")
     parser.add_argument("--target", type=float, default=475.0)
     parser.add_argument("--parallel-trials", type=int, default=4)
     parser.add_argument("--parallel-budget", type=int, default=8192)
@@ -100,8 +103,11 @@ def main() -> None:
     rows = []
     if not args.skip_study:
         with tempfile.TemporaryDirectory(prefix="rl_lightning_tune_bench_") as folder:
-            seconds, best = study(Path(folder), args.trials, args.budget)
-            rows.append(f"study: {args.trials} trials x {args.budget} env steps: {seconds:.0f} s wall")
+            seconds, best = study(Path(folder), args.trials, args.budget, args.seeds_per_trial)
+            rows.append(
+                f"study: {args.trials} trials x {args.seeds_per_trial} seeds x {args.budget} env steps: "
+                f"{seconds:.0f} s wall"
+            )
             fit_only = yaml.safe_load(best.read_text())
             for key in ("ckpt_path", "weights_only"):  # fit's own options; the benchmark builds the CLI without them
                 fit_only.pop(key, None)

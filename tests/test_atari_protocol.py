@@ -132,7 +132,7 @@ def test_atari100k_is_dreamerv3s_protocol() -> None:
     assert (preset.obs_shape, preset.frame_skip, preset.life_loss, preset.clips) == ((3, 64, 64), 4, False, False)
     assert GymnasiumEnv("Breakout", atari_preset="atari100k").spec.num_actions == 4  # machado: all 18
     assert GymnasiumEnv("Breakout", atari_preset="machado").spec.num_actions == 18
-    from tests.test_env_gymnasium_cli import ROOT
+    from tests.cli_subprocess import ROOT
 
     config = (ROOT / "configs" / "dreamer_atari.yaml").read_text()
     assert "atari_preset: atari100k" in config

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import lightning.pytorch as pl
 import pytest
 import torch
@@ -15,6 +12,7 @@ from rl_lightning.callbacks.cadence import Cadence
 from rl_lightning.callbacks.fail_fast import replay, reproduce
 from rl_lightning.envs import CartPole
 from rl_lightning.errors import ConfigError
+from tests.cli_subprocess import run_cli
 from tests.helpers import tiny_dreamer, tiny_ppo, trainer
 
 
@@ -100,9 +98,7 @@ def test_fail_fast_bundle_of_a_cli_run_reproduces(tmp_path):
         "--data.init_args.total_env_steps", "512", "--model.init_args.update_epochs", "1",
         "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"), "--trainer.enable_progress_bar", "false",
     ]  # fmt: skip
-    run = subprocess.run(
-        [sys.executable, "-m", "rl_lightning.cli", *args], cwd=tmp_path, capture_output=True, text=True, timeout=300
-    )
+    run = run_cli(args, tmp_path)
     assert run.returncode != 0
     line = run.stderr.strip().splitlines()[-1]
     assert line.startswith("rl-lightning: error: FailFast: non-finite"), run.stderr[-2000:]

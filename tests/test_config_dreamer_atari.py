@@ -8,7 +8,8 @@ import importlib.util
 import pytest
 import torch
 
-from tests.test_env_gymnasium_cli import ROOT, run_cli
+from tests.cli_subprocess import ROOT
+from tests.test_env_gymnasium_cli import run_cli
 
 TINY = {
     "model": {"init_args": {"size": "tiny"}},

@@ -10,7 +10,8 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.test_env_gymnasium_cli import ROOT, run_cli
+from tests.cli_subprocess import ROOT
+from tests.test_env_gymnasium_cli import run_cli
 
 TINY = {
     "data": {"init_args": {"num_envs": 4, "num_steps": 16, "total_env_steps": 64}},

@@ -410,21 +410,14 @@ TINY_CLI = {
 def fit_cli(tmp_path, config: str, env: dict | None = None) -> dict:
     """``rl-lightning fit --config configs/<config>`` shrunk by ``TINY_CLI`` (``env`` replaces the config's env);
     returns the replay ring of the last checkpoint."""
-    import subprocess
-    import sys
-
     import yaml
 
-    from tests.test_env_gymnasium_cli import ROOT
+    from tests.cli_subprocess import ROOT, run_cli
 
     tiny = {**TINY_CLI, "data": {"init_args": {**TINY_CLI["data"]["init_args"], **({"env": env} if env else {})}}}
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny))
     args = ["fit", "--config", str(ROOT / "configs" / config), "--config", "tiny.yaml"]
-    environ = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-m", "rl_lightning.cli", *args, "--trainer.logger.init_args.save_dir", "runs"],
-        cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    done = run_cli([*args, "--trainer.logger.init_args.save_dir", "runs"], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     (last,) = (tmp_path / "runs").rglob("last.ckpt")
     (ring,) = [rank["ring"] for rank in torch.load(last, weights_only=False)["DreamerDataModule"]["replay"]]

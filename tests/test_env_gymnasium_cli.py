@@ -5,14 +5,12 @@ Custom env ids (``package.module:EnvId``) and their one-line errors.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.cli_subprocess import run_python
 
 #: Two tiny PPO updates on 4 envs (the bundled ppo.yaml runs 50k steps).
 TINY_PPO = {
@@ -30,16 +28,7 @@ def run_cli(
     path = tmp_path / "env.yaml"
     path.write_text(yaml.safe_dump(config))
     args = ["fit", "--config", base, "--config", str(path), "--trainer.logger.init_args.save_dir", "runs"]
-    paths = [*map(str, pythonpath), str(ROOT), os.environ.get("PYTHONPATH", "")]
-    environ = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    return subprocess.run(
-        [sys.executable, "-m", "rl_lightning.cli", *args, *extra],
-        cwd=tmp_path,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_python(["-m", "rl_lightning.cli", *args, *extra], tmp_path, extra_path=pythonpath)
 
 
 def assert_one_line_error(done: subprocess.CompletedProcess, *fragments: str) -> str:

@@ -4,10 +4,7 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from tests.cli_subprocess import ROOT, run_cli
+from tests.cli_subprocess import ROOT, run_cli, run_python
 from tests.eval_form_envs import EVAL_SCALE, TRAIN_LENGTH, TwoFormEnv
 
 EVALUATION = "rl_lightning.callbacks.Evaluation"
@@ -152,9 +149,7 @@ def test_validate_plays_whole_atari_games_of_the_bundled_preset(tmp_path):
     )
     assert validate.returncode == 0, validate.stderr[-3000:]
     logged = _scalars(tmp_path / "runs" / "ppo_atari" / "version_1")
-    replay = subprocess.run(
-        [sys.executable, "-c", REPLAY_ATARI, str(ckpt)], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    replay = run_python(["-c", REPLAY_ATARI, str(ckpt)])
     assert replay.returncode == 0, replay.stderr[-3000:]
     played = json.loads(replay.stdout.strip().splitlines()[-1])
     assert played["evaluation"][2]  # the game ended within max_steps
@@ -168,8 +163,6 @@ def test_validate_plays_whole_atari_games_of_the_bundled_preset(tmp_path):
     )
     assert example, "README.md lost its Atari inference example"
     assert "runs/ppo_atari/version_0/checkpoints/last.ckpt" in example.group(1)
-    environ = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", example.group(1)], cwd=tmp_path, env=environ, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    done = run_python(["-c", example.group(1)], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert re.fullmatch(r"score \d+\.\d, lives left 0", done.stdout.strip().splitlines()[-1])  # a whole game

@@ -6,11 +6,8 @@ and refusals of ``Policy`` in-process, and the README's example run as written.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +23,7 @@ from rl_lightning.algos import PPO
 from rl_lightning.envs import Pendulum, TicTacToe
 from rl_lightning.envs.base import BatchedEnv
 from rl_lightning.errors import ConfigError
+from tests.cli_subprocess import run_cli, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL_SEED = 12_345  # Evaluation's default seed: the plain loops replay its episodes
@@ -48,10 +46,6 @@ FITS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def _environ() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-
-
 def _fit(name: str, workdir: Path) -> tuple[Path, float]:
     """A tiny ``rl-lightning fit`` on a Gymnasium env; returns ``last.ckpt`` and the final ``eval/episode_return``."""
     fit = FITS[name]
@@ -65,8 +59,7 @@ def _fit(name: str, workdir: Path) -> tuple[Path, float]:
                           "logger": {"init_args": {"save_dir": "runs", "name": name}}}}  # fmt: skip
     workdir.mkdir(parents=True)
     (workdir / "tiny.yaml").write_text(yaml.safe_dump(config))
-    command = [sys.executable, "-m", "rl_lightning.cli", "fit", "--config", fit["base"], "--config", "tiny.yaml"]
-    done = subprocess.run(command, cwd=workdir, env=_environ(), capture_output=True, text=True, timeout=300)
+    done = run_cli(["fit", "--config", fit["base"], "--config", "tiny.yaml"], workdir)
     assert done.returncode == 0, done.stderr[-3000:]
     (run_dir,) = (workdir / "runs" / name).glob("version_*")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -93,8 +86,7 @@ def _loops(kind: str, name: str, ckpt: Path) -> dict[str, Any]:
     """Run ``tests/inference_loops.py`` in a fresh process; its JSON result."""
     fit = FITS[name]
     args = [kind, str(ckpt), fit["env_id"], str(fit["episodes"]), str(EVAL_SEED)]
-    command = [sys.executable, str(ROOT / "tests" / "inference_loops.py"), *args]
-    done = subprocess.run(command, env=_environ(), capture_output=True, text=True, timeout=300)
+    done = run_python([str(ROOT / "tests" / "inference_loops.py"), *args])
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -165,8 +157,7 @@ def test_readme_inference_example_runs_as_written(fitted, tmp_path):
     (path,) = re.findall(r'load_policy\("([^"]+)"\)', example)
     (tmp_path / path).parent.mkdir(parents=True)
     shutil.copy(ckpt, tmp_path / path)
-    done = subprocess.run([sys.executable, "-c", example], cwd=tmp_path, env=_environ(), capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    done = run_python(["-c", example], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
     assert [line.split(":")[0] for line in lines] == ["episode 0", "episode 1", "episode 2"]
@@ -314,8 +305,7 @@ def test_multi_part_action_checkpoints_load_and_act_in_a_fresh_process(tmp_path,
     done = run_cli(tmp_path, env, tiny=tiny)
     assert done.returncode == 0, done.stderr[-3000:]
     (ckpt,) = (tmp_path / "runs").rglob("last.ckpt")
-    loaded = subprocess.run([sys.executable, "-c", LOAD_MULTI, str(ckpt), cls], cwd=ROOT, env=_environ(),
-                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    loaded = run_python(["-c", LOAD_MULTI, str(ckpt), cls])
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     result = json.loads(loaded.stdout.strip().splitlines()[-1])
     assert result["action"] == result["own"] == result["given"]

@@ -5,13 +5,12 @@ process (SPO's saved replay keeps ``uint8`` pixels); bad encoder choices are one
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.test_env_gymnasium_cli import ROOT, TINY_PPO, assert_one_line_error, run_cli
+from tests.cli_subprocess import run_python
+from tests.test_env_gymnasium_cli import TINY_PPO, assert_one_line_error, run_cli
 from tests.test_spaces_cli import TINY_DREAMER, TINY_SPO, env
 
 #: Run in a fresh interpreter: load the checkpoint, check the CNN came back, act on the env's own observations.
@@ -63,8 +62,7 @@ def test_image_and_vector_dict_fits_and_the_checkpoint_acts_in_a_fresh_process(t
     done = run_cli(tmp_path, env("Pixels", **env_args), base=base, tiny=tiny)
     assert done.returncode == 0, done.stderr[-3000:]
     (ckpt,) = (tmp_path / "runs").rglob("last.ckpt")
-    command = [sys.executable, "-c", LOAD, str(ckpt), name, json.dumps(env_args)]
-    loaded = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    loaded = run_python(["-c", LOAD, str(ckpt), name, json.dumps(env_args)])
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     assert f"ACTED {acted}" in loaded.stdout
     if algo == "spo":

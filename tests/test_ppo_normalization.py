@@ -3,9 +3,6 @@ statistics move, and that they survive checkpoints, a fresh process and a resume
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -21,6 +18,7 @@ from rl_lightning.callbacks import Evaluation, RLCheckpoint
 from rl_lightning.envs import CartPole, Pendulum
 from rl_lightning.networks.normalizers import PRIOR_COUNT
 from rl_lightning.objectives.gae import generalized_advantage_estimate
+from tests.cli_subprocess import run_cli, run_python
 from tests.helpers import tiny_ppo, trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -199,14 +197,12 @@ print(repr(float(returns.mean())), repr(float(unnormalised.mean())))
 def test_cli_fit_checkpoint_evaluates_in_a_fresh_process_as_in_the_run(tmp_path):
     """``rl-lightning fit`` on PPO Pendulum with both normalisers: the checkpoint holds the statistics, and the
     checkpoint loaded in a fresh process scores what the run's final evaluation logged to TensorBoard."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]), "OMP_NUM_THREADS": "1"}
     overrides = {"data.init_args.num_steps": 16, "data.init_args.total_env_steps": 768,
                  "model.init_args.update_epochs": 2, "model.init_args.num_minibatches": 4,
                  "model.init_args.normalize_obs": "true", "model.init_args.normalize_reward": "true",
                  "trainer.enable_progress_bar": "false"}  # fmt: skip
     args = [item for key, value in overrides.items() for item in (f"--{key}", str(value))]
-    cmd = [sys.executable, "-m", "rl_lightning.cli", "fit", "--config", "ppo_pendulum.yaml", *args]
-    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = run_cli(["fit", "--config", "ppo_pendulum.yaml", *args], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     (run_dir,) = list((tmp_path / "runs").glob("*/version_*"))
     ckpt = run_dir / "checkpoints" / "last.ckpt"
@@ -222,8 +218,7 @@ def test_cli_fit_checkpoint_evaluates_in_a_fresh_process_as_in_the_run(tmp_path)
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     events.Reload()
     in_run = events.Scalars("eval/episode_return")[-1].value  # the final evaluation, at the checkpoint's weights
-    done = subprocess.run([sys.executable, "-c", _EVAL_SNIPPET, str(ckpt)], env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    done = run_python(["-c", _EVAL_SNIPPET, str(ckpt)])
     assert done.returncode == 0, done.stderr[-3000:]
     fresh, unnormalised = map(float, done.stdout.split()[-2:])
     assert fresh == pytest.approx(in_run, rel=1e-5, abs=1e-3)

@@ -4,9 +4,6 @@ as an ``rl-lightning`` subprocess, and ``load_policy`` in a fresh process acts a
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -20,6 +17,7 @@ from rl_lightning.callbacks import RLCheckpoint
 from rl_lightning.data import OnPolicyDataModule
 from rl_lightning.envs import CartPole
 from rl_lightning.envs.base import BatchedEnv
+from tests.cli_subprocess import run_cli, run_python
 from tests.helpers import trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,10 +62,6 @@ def test_resume_continues_the_open_episodes_with_their_recurrent_state(tmp_path)
         assert torch.equal(a, b)
 
 
-def _environ() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-
-
 _ACT_IN_FRESH_PROCESS = """
 import json, sys, torch
 from rl_lightning import keys, load_policy
@@ -89,14 +83,12 @@ print(json.dumps({"actions": actions, "states": states}))
 
 
 def test_bundled_config_fits_from_the_cli_and_load_policy_acts_as_the_module(tmp_path):
-    command = [sys.executable, "-m", "rl_lightning.cli", "fit", "--config", "ppo_lstm_cartpole_novel.yaml",
-               "--data.init_args.total_env_steps", "256", "--trainer.enable_progress_bar", "false",
-               "--trainer.logger.init_args.save_dir", "runs"]  # fmt: skip
-    done = subprocess.run(command, cwd=tmp_path, env=_environ(), capture_output=True, text=True, timeout=300)
+    args = ["fit", "--config", "ppo_lstm_cartpole_novel.yaml", "--data.init_args.total_env_steps", "256",
+            "--trainer.enable_progress_bar", "false", "--trainer.logger.init_args.save_dir", "runs"]  # fmt: skip
+    done = run_cli(args, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     (ckpt,) = (tmp_path / "runs" / "ppo_lstm_cartpole_novel").glob("version_*/checkpoints/last.ckpt")
-    acted = subprocess.run([sys.executable, "-c", _ACT_IN_FRESH_PROCESS, str(ckpt)], env=_environ(),
-                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    acted = run_python(["-c", _ACT_IN_FRESH_PROCESS, str(ckpt)], timeout=120)
     assert acted.returncode == 0, acted.stderr[-3000:]
     loaded = json.loads(acted.stdout.strip().splitlines()[-1])
 

@@ -3,13 +3,12 @@ checkpoint loaded in a fresh process), and the one-line refusals of spaces or ba
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.test_env_gymnasium_cli import ROOT, TINY_PPO, assert_one_line_error, run_cli
+from tests.cli_subprocess import run_python
+from tests.test_env_gymnasium_cli import TINY_PPO, assert_one_line_error, run_cli
 
 TINY_SPO = {
     "data": {"init_args": {"num_envs": 2, "rollout_length": 4, "total_env_steps": 16, "buffer_size": 64,
@@ -53,9 +52,7 @@ def test_dict_observations_fit_and_the_checkpoint_acts_in_a_fresh_process(tmp_pa
     done = run_cli(tmp_path, env("TwoKeyDict"), base=base, tiny=tiny)
     assert done.returncode == 0, done.stderr[-3000:]
     (ckpt,) = (tmp_path / "runs").rglob("last.ckpt")
-    loaded = subprocess.run(
-        [sys.executable, "-c", LOAD, str(ckpt), name], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    loaded = run_python(["-c", LOAD, str(ckpt), name])
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     assert "ACTED (3,) (3,)" in loaded.stdout
 
