@@ -37,18 +37,28 @@ trainer:
 """
 
 
-def run_one(algo: str, seed: int, out: Path, total: int, fragment: Path, resume: bool = False) -> Curve:
+def run_one(
+    algo: str,
+    seed: int,
+    out: Path,
+    total: int,
+    fragment: Path,
+    resume: bool = False,
+    overrides: list[str] = (),
+    tag: str = "",
+) -> Curve:
     """One fit of ``algo``'s bundled config in a subprocess; its curve read back from TensorBoard.
 
     With ``resume``, a run that left ``checkpoints/last.ckpt`` (a stop by SIGTERM or Ctrl+C) continues from it, replay
     and counters included, logging into the same TensorBoard run; the wall time is then this continuation's only.
     """
-    name = f"{algo}_seed{seed}"
+    name = f"{algo}{tag}_seed{seed}"
     cmd = [sys.executable, "-m", "rl_lightning.cli", "fit", "--config", str(CONFIGS[algo]), "--config", str(fragment)]
     cmd += ["--seed_everything", str(seed), "--data.init_args.total_env_steps", str(total)]
     cmd += ["--trainer.default_root_dir", str(out), "--trainer.logger.init_args.save_dir", str(out)]
     cmd += ["--trainer.logger.init_args.name", "runs", "--trainer.logger.init_args.version", name]
     cmd += ["--trainer.enable_progress_bar", "false"]
+    cmd += [part for kv in overrides for part in ("--" + kv.split("=", 1)[0], kv.split("=", 1)[1])]
     last = out / "runs" / name / "checkpoints" / "last.ckpt"
     if resume and last.exists():
         cmd += ["--ckpt_path", str(last)]
@@ -98,6 +108,8 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=20_000, help="env steps between evaluations")
     parser.add_argument("--eval-episodes", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None, help="log directory (default: a new temporary one)")
+    parser.add_argument("--override", action="append", default=[], help="KEY=VALUE for every run (repeatable)")
+    parser.add_argument("--tag", default="", help="suffix of the run names (a variant: '_duallr')")
     parser.add_argument("--resume", action="store_true", help="continue runs that left checkpoints/last.ckpt in --out")
     parser.add_argument("--read", type=Path, default=None, help="only read the finished runs under this directory")
     args = parser.parse_args()
@@ -112,7 +124,9 @@ def main() -> None:
     curves = []
     for seed in (int(s) for s in args.seeds.split(",")):
         for algo in args.algos.split(","):
-            curves.append(run_one(algo, seed, out, args.total_env_steps, fragment, args.resume))
+            curves.append(
+                run_one(algo, seed, out, args.total_env_steps, fragment, args.resume, args.override, args.tag)
+            )
             print_tables(curves)
 
 
