@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import traceback
 from pathlib import Path
 
@@ -33,6 +34,7 @@ class Client:
         command = [sys.executable, "-m", "tests.cli_fork_server"]
         self._server = subprocess.Popen(command, cwd=ROOT, env=environ, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._buffer = b""
+        self._lock = threading.Lock()  # one request at a time: the replies are read in order
         atexit.register(self.close)
 
     def run(self, request: dict, out: str, err: str, timeout: float) -> int:
@@ -40,16 +42,17 @@ class Client:
         child, stdout and stderr to the files ``out`` and ``err``; its exit code, after killing it if it outlives
         ``timeout``."""
         request = {**request, "out": out, "err": err}
-        self._server.stdin.write(json.dumps(request).encode() + b"\n")
-        self._server.stdin.flush()
-        pid = self._reply(timeout=60)["pid"]
-        try:
-            return self._reply(timeout)["code"]
-        except TimeoutError:
-            os.kill(pid, signal.SIGKILL)
-            self._reply(timeout=60)
-            output = Path(out).read_text(errors="replace") if Path(out).exists() else ""
-            raise subprocess.TimeoutExpired([sys.executable, *request["argv"]], timeout, output) from None
+        with self._lock:
+            self._server.stdin.write(json.dumps(request).encode() + b"\n")
+            self._server.stdin.flush()
+            pid = self._reply(timeout=60)["pid"]
+            try:
+                return self._reply(timeout)["code"]
+            except TimeoutError:
+                os.kill(pid, signal.SIGKILL)
+                self._reply(timeout=60)
+        output = Path(out).read_text(errors="replace") if Path(out).exists() else ""
+        raise subprocess.TimeoutExpired([sys.executable, *request["argv"]], timeout, output)
 
     def _reply(self, timeout: float) -> dict:
         with selectors.DefaultSelector() as selector:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from tests.cli_subprocess import run_cli, run_python
 
@@ -60,3 +63,11 @@ def test_a_refusal_reads_the_same_forked_as_from_a_fresh_interpreter(tmp_path):
     assert forked.returncode == fresh.returncode == 2
     assert forked.stderr == fresh.stderr
     assert forked.stderr.startswith("rl-lightning: error: validate needs --ckpt_path")
+
+
+def test_a_run_past_its_timeout_is_killed_and_the_server_serves_the_next(tmp_path):
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_python(["-c", "import time; print('started', flush=True); time.sleep(60)"], tmp_path, timeout=1)
+    forked, _, code = _probe(tmp_path, 5)
+    assert code == 5
+    assert forked["cwd"] == str(tmp_path)
