@@ -22,7 +22,7 @@ from gymnasium import spaces
 from tensordict import TensorDict
 
 from rl_lightning import keys
-from rl_lightning.algos import PPO, SPO, DreamerV3, RecurrentPPO, RLModule
+from rl_lightning.algos import FAMILIES, SPO, DreamerV3, RecurrentPPO, RLModule
 from rl_lightning.algos.dreamer.player import DreamerPlayer
 from rl_lightning.algos.policy_io import action_space_from_spec, check_action_space, env_actions, obs_batch
 from rl_lightning.envs.base import BatchedEnv
@@ -30,8 +30,7 @@ from rl_lightning.envs.gymnasium.backend import no_snapshot
 from rl_lightning.errors import ConfigError
 from rl_lightning.lineage import REVISION_KEY, read_checkpoint
 
-#: Checkpoint family (``PolicyRevision.family``) → the module class that loads it.
-FAMILIES: dict[str, type[RLModule]] = {cls.family: cls for cls in (PPO, SPO, DreamerV3, RecurrentPPO)}
+__all__ = ["FAMILIES", "Policy", "evaluation_deterministic", "load_policy"]
 
 
 def load_policy(

@@ -249,8 +249,28 @@ def test_the_callback_refuses_a_trainer_without_tensorboard_and_a_bad_cadence(tm
         PPO(env_spec=data.env_spec, histograms_every_n_updates=0)
     model = PPO(env_spec=data.env_spec, hidden_sizes=(4,), num_minibatches=1, histograms_every_n_updates=1)
     quiet = {"enable_progress_bar": False, "enable_model_summary": False}
-    trainer = pl.Trainer(logger=CSVLogger(tmp_path), max_epochs=-1, **quiet)
+    callbacks = [Histograms(every_n_updates=1)]  # the module builds no callback: a Python Trainer lists it
+    trainer = pl.Trainer(logger=CSVLogger(tmp_path), max_epochs=-1, callbacks=callbacks, **quiet)
     with pytest.raises(ConfigError, match=r"^Histograms: .*no TensorBoardLogger \(found: CSVLogger\)"):
+        trainer.fit(model, datamodule=data)
+    assert model.updates == 0
+
+
+def test_the_module_refuses_the_setting_without_the_callback(tmp_path):
+    """``histograms_every_n_updates`` on a Trainer built in Python without ``Histograms``: refused at setup, in one
+    line naming the setting and the fix, instead of a run that silently writes no histograms."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from rl_lightning.data import OnPolicyDataModule
+    from rl_lightning.envs import CartPole
+
+    data = OnPolicyDataModule(env=CartPole(), num_envs=2, num_steps=4, total_env_steps=8)
+    model = PPO(env_spec=data.env_spec, hidden_sizes=(4,), num_minibatches=1, histograms_every_n_updates=2)
+    quiet = {"enable_progress_bar": False, "enable_model_summary": False}
+    trainer = pl.Trainer(logger=TensorBoardLogger(tmp_path), max_epochs=-1, **quiet)
+    fix = r"rl_lightning\.callbacks\.Histograms\(every_n_updates=2\)"
+    with pytest.raises(ConfigError, match=rf"^model.histograms_every_n_updates=2: the Histograms callback .*{fix}"):
         trainer.fit(model, datamodule=data)
     assert model.updates == 0
 

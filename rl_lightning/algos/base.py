@@ -12,6 +12,7 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning import keys, stop
+from rl_lightning.algos.histograms import FIELD as HISTOGRAMS_FIELD
 from rl_lightning.algos.policy_io import obs_batch
 from rl_lightning.env_step_log import finite_only, log_at_env_step, publish_to_callbacks, to_floats
 from rl_lightning.envs.base import BatchedEnv, EnvSpec
@@ -41,6 +42,8 @@ class RLModule(pl.LightningModule):
     #: (dropped by the callback in the same step) for ``histogram_tensors``.
     keep_histogram_source: bool = False
     histogram_source: Any = None
+    #: Set while the ``EvalRequests`` callback is attached: it plays ``validate``/``test``'s requests.
+    eval_requests_attached: bool = False
 
     def __init__(self, env_spec: EnvSpec | None = None) -> None:
         super().__init__()
@@ -143,15 +146,6 @@ class RLModule(pl.LightningModule):
         calls it on its due updates only; an algorithm that supports histograms overrides it."""
         raise NotImplementedError(f"{type(self).__name__} writes no histograms")
 
-    def configure_callbacks(self) -> list[Any]:
-        """``Histograms(every_n_updates)`` when the algorithm's ``histograms_every_n_updates`` is set."""
-        every = self.hparams.get("histograms_every_n_updates")
-        if every is None:
-            return []
-        from rl_lightning.callbacks.histograms import Histograms
-
-        return [Histograms(every_n_updates=every)]
-
     @property
     def env_steps(self) -> int:
         """Env steps collected so far over all ranks (the x-axis of every log)."""
@@ -164,6 +158,13 @@ class RLModule(pl.LightningModule):
         return getattr(datamodule, "total_env_steps", None)
 
     def setup(self, stage: str) -> None:
+        every = self.hparams.get(HISTOGRAMS_FIELD)
+        if stage == "fit" and every is not None and not self.keep_histogram_source:  # callbacks' setup ran first
+            raise ConfigError(
+                f"model.{HISTOGRAMS_FIELD}={every}: the Histograms callback writes them and this Trainer has none; "
+                f"add rl_lightning.callbacks.Histograms(every_n_updates={every}) to its callbacks (rl-lightning adds "
+                "it for you)"
+            )
         if not self._seeded:
             seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
             self.generator.manual_seed(seed + 7_919 * self.trainer.global_rank)
@@ -184,30 +185,20 @@ class RLModule(pl.LightningModule):
             self.trainer.should_stop = True
 
     def validation_step(self, request: Any) -> None:
-        """``rl-lightning validate``: play evaluation episodes as the ``Evaluation`` callback does, log ``eval/*``."""
-        self._evaluate_request(request, "eval")
+        """``rl-lightning validate``: the ``EvalRequests`` callback plays ``request`` and logs ``eval/*``."""
+        self._require_eval_requests("validate")
 
     def test_step(self, request: Any) -> None:
         """``rl-lightning test``: as ``validate``, logged under ``test/*``."""
-        self._evaluate_request(request, "test")
+        self._require_eval_requests("test")
 
-    def _evaluate_request(self, request: Any, prefix: str) -> None:
-        """The run's ``Evaluation`` settings and env form (``evaluation_for``), ``request`` overriding its
-        ``num_episodes``/``seed`` where set (``data.eval_episodes``/``data.eval_seed``). A multi-seat game plays
-        the run's ``GameEvaluation`` panel instead (``game_evaluation_for``: its settings, or a default panel)."""
-        from rl_lightning.callbacks.evaluation import evaluation_for
-
-        if self.env_spec.num_seats > 1:
-            from rl_lightning.callbacks.game_evaluation import game_evaluation_for
-
-            with game_evaluation_for(self.trainer) as games:
-                scalars = games.measure(self.trainer, self, prefix)
-            self.log_dict({k: torch.tensor(v, dtype=torch.float64) for k, v in scalars.items()}, batch_size=1)
-            return
-        with evaluation_for(self.trainer) as evaluation:
-            metrics = evaluation.measure(self.trainer, self, prefix, request.num_episodes, request.seed)
-        # Over all ranks' episodes already, so equal on every rank: sync_dist averages equal values.
-        self.log_dict(metrics, sync_dist=True, batch_size=1)
+    def _require_eval_requests(self, stage: str) -> None:
+        """The module picks no evaluation (DESIGN.md section 11): a request nothing plays is refused, not skipped."""
+        if not self.eval_requests_attached:
+            raise ConfigError(
+                f"{stage}: nothing plays the evaluation request; add rl_lightning.callbacks.EvalRequests() to the "
+                "Trainer's callbacks (rl-lightning validate/test add it for you)"
+            )
 
     def log_update(self, metrics: dict[str, Any]) -> None:
         """Log one update's metrics once, as one point each at the current env step; keep them in ``last_metrics``.

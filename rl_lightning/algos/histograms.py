@@ -23,7 +23,7 @@ def histograms_check(every: int | None) -> tuple[str, bool, str]:
     return FIELD, ok, "use null (off, the default) or a number of updates >= 1 between histograms, e.g. 10"
 
 
-def _legal(head: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def legal_logits(head: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """The logits of legal actions only (masked ones are meaningless and would swamp the histogram)."""
     return head if mask is None or mask.shape != head.shape else head[mask]
 
@@ -42,7 +42,7 @@ def policy_histograms(module: Any, batch: TensorDict, features: torch.Tensor) ->
         out["policy/mean"] = head
         out["policy/log_std"] = module.log_std
     else:
-        out["policy/logits"] = _legal(head, batch.get(keys.ACTION_MASK, None))
+        out["policy/logits"] = legal_logits(head, batch.get(keys.ACTION_MASK, None))
     return out
 
 
@@ -60,27 +60,6 @@ def recurrent_actor_features(module: Any, batch: TensorDict) -> torch.Tensor:
         batch[keys.IS_FIRST],
     )
     return out.flatten(0, 1)
-
-
-def spo_histograms(module: Any, rollout: TensorDict) -> dict[str, torch.Tensor]:
-    """SPO: the last rollout's search results (each root particle's normalised weight, i.e. the target q̂, its
-    advantage, the root value) and the updated prior's ``policy/logits`` or pre-tanh ``policy/mean`` and
-    ``policy/log_std`` on its observations."""
-    from rl_lightning.algos.spo.prior import gaussian_head
-
-    out = {
-        "search/weights": rollout[keys.SAMPLED_WEIGHTS],
-        "search/advantages": rollout[keys.SAMPLED_ADVANTAGES],
-        "search/root_value": rollout[keys.SEARCH_VALUE],
-    }
-    flat = rollout.reshape(-1)
-    head = module.actor(module.prior.features(flat[keys.OBS])).float()
-    if module.env_spec.discrete:
-        out["policy/logits"] = _legal(head, flat.get(keys.ACTION_MASK, None))
-    else:
-        mean, std = gaussian_head(head)
-        out["policy/mean"], out["policy/log_std"] = mean, std.log()
-    return out
 
 
 def dreamer_histograms(source: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -8,6 +8,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import EarlyStopping as LightningEarlyStopping
 from typing_extensions import override
 
+from rl_lightning.callbacks.evaluation import Evaluation
+
 
 class EarlyStopping(LightningEarlyStopping):
     """Lightning's ``EarlyStopping`` (``monitor``, ``mode``, ``patience``, ``stopping_threshold``, ...) for RL runs.
@@ -30,8 +32,6 @@ class EarlyStopping(LightningEarlyStopping):
 
     @staticmethod
     def _just_evaluated(trainer: pl.Trainer, pl_module: Any) -> bool:
-        from rl_lightning.callbacks.evaluation import Evaluation
-
         return any(isinstance(cb, Evaluation) and cb.last_updates == pl_module.updates for cb in trainer.callbacks)
 
     @override

@@ -12,6 +12,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
+from rl_lightning.algos.base import RLModule
 from rl_lightning.algos.histograms import FIELD, histograms_check
 from rl_lightning.callbacks.cadence import Cadence
 from rl_lightning.errors import ConfigError, check_fields
@@ -32,7 +33,8 @@ class Histograms(Callback):
     ``histogram_tensors`` (BC) is refused at setup, and so is a run without a ``TensorBoardLogger`` (CSV and
     MLflow have no histograms: refused in one line rather than skipped, so asking for them is never a no-op).
 
-    Usually attached by the module (``model.histograms_every_n_updates``, through ``configure_callbacks``). While it
+    Usually attached by ``rl-lightning`` for ``model.histograms_every_n_updates`` (the module builds no callback;
+    a Trainer built in Python lists it, and the module refuses the setting without it). While it
     runs the module keeps a reference to each update's data until this callback's hook drops it (same step): no
     copy, no host sync; on the due updates the policy forward over the rollout and the histograms' read-back run
     on rank 0 (its own rollout) only. Non-finite values are left out of a histogram, with a one-time warning.
@@ -112,8 +114,6 @@ class Histograms(Callback):
 
 def supports_histograms(module: Any) -> bool:
     """Whether ``module`` overrides ``RLModule.histogram_tensors`` (what the ``Histograms`` callback writes)."""
-    from rl_lightning.algos.base import RLModule
-
     method = getattr(type(module), "histogram_tensors", None)
     return method is not None and method is not RLModule.histogram_tensors
 

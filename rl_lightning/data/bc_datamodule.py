@@ -14,6 +14,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, S
 from rl_lightning import keys
 from rl_lightning.data.records import load_records, record_games
 from rl_lightning.envs.base import EnvSpec, TorchEnv
+from rl_lightning.envs.games.bots import load_bot
 from rl_lightning.errors import ConfigError
 
 
@@ -87,8 +88,6 @@ class BCDataModule(pl.LightningDataModule):
 
     def prepare_data(self) -> None:
         if not Path(self.path).exists():  # checked in __init__: a bot and a game count are set
-            from rl_lightning.envs.games.bots import load_bot
-
             bot = load_bot(self.bot, field="data.bot")
             record_games(self.env, bot, self.record_games, self.path, seed=self.record_seed, bot_name=self.bot)
 

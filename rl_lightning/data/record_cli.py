@@ -14,7 +14,10 @@ from typing import Any
 
 import yaml
 
+from rl_lightning.cli_args import resolve_config
+from rl_lightning.data.records import record_games
 from rl_lightning.envs.base import TorchEnv
+from rl_lightning.envs.games.bots import load_bot
 from rl_lightning.errors import ConfigError
 
 
@@ -33,8 +36,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def env_from_config(config: str) -> TorchEnv:
     """The env a config's ``data.init_args.env`` (``class_path`` + ``init_args``) builds."""
-    from rl_lightning.cli import resolve_config
-
     path = resolve_config(config)
     try:
         with open(path) as stream:
@@ -63,9 +64,6 @@ def _get(tree: Any, path: tuple[str, ...]) -> Any:
 
 def main(argv: Sequence[str]) -> None:
     """Parse, check every input before playing, record."""
-    from rl_lightning.data.records import record_games
-    from rl_lightning.envs.games.bots import load_bot
-
     args = parse_args(argv)
     if args.games < 1:
         raise ConfigError(f"--games {args.games}: record at least one game")

@@ -26,8 +26,8 @@ from rl_lightning.data.collector_base import CollectorBase
 from rl_lightning.data.episode_stats import FinishedEpisodes
 from rl_lightning.data.league import LEAGUE, League, SeatPlayers, parse_seats
 from rl_lightning.envs.base import BatchedEnv
+from rl_lightning.envs.games.bots import check_engine_players, needs_engine_state
 from rl_lightning.errors import ConfigError
-from rl_lightning.games.match import check_engine_players, needs_engine_state
 from rl_lightning.objectives.seat_credit import open_tails
 
 LEARNER = "learner"  # bool: the acting seat is the learning policy (only these rows train)

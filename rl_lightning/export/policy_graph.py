@@ -1,11 +1,11 @@
 """The exported policy as a plain ``nn.Module`` over positional tensors: raw observations in, env actions out.
 
-``policy_graph(policy)`` wraps the networks a ``load_policy`` ``Policy`` acts with into a ``PolicyGraph`` whose
-``forward(*inputs)`` does everything between the env and ``env.step`` that ``Policy.__call__`` does: the frozen
-observation normaliser, ``uint8`` pixels scaled inside the encoder, the action mask, the deterministic action
-(argmax; the Gaussian mean; SPO's ``tanh`` mode) in the env's terms (Box actions clipped to the bounds, as
-``gym_actions`` does), and the distribution's parameters as extra outputs. The input and output names and dtypes
-are the file's interface (``PolicyGraph.inputs`` / ``outputs``), in this order:
+``policy_graph(policy)`` (in ``rl_lightning.export``) wraps the networks a ``load_policy`` ``Policy`` acts with
+into a ``PolicyGraph`` whose ``forward(*inputs)`` does everything between the env and ``env.step`` that
+``Policy.__call__`` does: the frozen observation normaliser, ``uint8`` pixels scaled inside the encoder, the action
+mask, the deterministic action (argmax; the Gaussian mean; SPO's ``tanh`` mode) in the env's terms (Box actions
+clipped to the bounds, as ``gym_actions`` does), and the distribution's parameters as extra outputs. The input and
+output names and dtypes are the file's interface (``PolicyGraph.inputs`` / ``outputs``), in this order:
 
 * inputs: one per observation leaf (``obs`` for a single array; the ``/``-joined key of each ``Dict`` leaf in the
   checkpoint's ``EnvSpec`` order), in the dtype the env gives; ``action_mask`` where the env has masks; ``noise``
@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from rl_lightning.algos import PPO, SPO, DreamerV3, RecurrentPPO
+from rl_lightning.algos import PPO, SPO
+from rl_lightning.algos.spo.prior import gaussian_head
 from rl_lightning.envs.base import EnvSpec
 from rl_lightning.errors import ConfigError
-from rl_lightning.inference import Policy
 from rl_lightning.networks import distributions as D
 from rl_lightning.networks.normalizers import DictObservationNormalizer
 
@@ -157,8 +157,6 @@ class SPOPriorGraph(PolicyGraph):
         self.outputs += ["logits"] if spec.discrete else ["mean", "log_std"]
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        from rl_lightning.algos.spo.prior import gaussian_head
-
         leaves, mask, rest = self.split(inputs)
         out = self.actor(self.encoder(self.observation(leaves))).float()
         if self.spec.discrete:
@@ -172,34 +170,3 @@ class SPOPriorGraph(PolicyGraph):
         else:
             action = D.tanh_normal_mode(mean, low, high)
         return self.env_action(action.reshape(-1, *self.spec.action_shape)), mean, std.log()
-
-
-def policy_graph(policy: Policy, mask_dtype: str = "bool", stochastic: bool = False) -> PolicyGraph:
-    """The ``PolicyGraph`` of a loaded policy (in eval mode; its weights are shared, not copied).
-
-    Raises:
-        ConfigError: an algorithm or option the export does not cover, in one line naming it.
-    """
-    if mask_dtype not in MASK_DTYPES:
-        raise ConfigError(f"--mask_dtype={mask_dtype!r} is not a mask dtype; choose one of {sorted(MASK_DTYPES)}")
-    module = policy.module
-    if isinstance(module, RecurrentPPO):  # before PPO: a subclass
-        from rl_lightning.export.recurrent import RecurrentPPOGraph
-
-        if stochastic:
-            raise ConfigError("--stochastic: RecurrentPPO samples without a noise input; export without --stochastic "
-                              "(the deterministic action)")  # fmt: skip
-        return RecurrentPPOGraph(module, mask_dtype).eval()
-    if isinstance(module, DreamerV3):
-        from rl_lightning.export.recurrent import DreamerPlayerGraph
-
-        if stochastic:
-            raise ConfigError("--stochastic: DreamerV3's player samples its latents as well as its actions, which the "
-                              "export has no noise inputs for; export without --stochastic (its modes)")  # fmt: skip
-        return DreamerPlayerGraph(module).eval()
-    if isinstance(module, SPO):
-        return SPOPriorGraph(module, mask_dtype, stochastic).eval()
-    if isinstance(module, PPO):
-        return PPOGraph(module, mask_dtype, stochastic).eval()
-    raise ConfigError(f"export: {type(module).__name__} policies cannot be exported; PPO, RecurrentPPO, SPO and "
-                      "DreamerV3 can")

@@ -26,6 +26,7 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.envs.base import TorchEnv
+from rl_lightning.envs.games.bots import check_engine_players, needs_engine_state
 from rl_lightning.errors import ConfigError
 
 #: A seat's player: ``bot(obs, action_mask, seat, generator) -> action [B]``.
@@ -139,20 +140,8 @@ def _act(
     return action
 
 
-def needs_engine_state(player: Any) -> bool:
-    """Whether ``player`` is called with ``engine_states=`` (it declares ``needs_engine_state = True``)."""
-    return bool(getattr(player, "needs_engine_state", False))
-
-
 def _engine(player: Any, engine_states: Callable[[list[int]], list[Any]], rows: Sequence[int]) -> dict[str, Any]:
     return {"engine_states": engine_states(list(rows))} if needs_engine_state(player) else {}
-
-
-def check_engine_players(env: TorchEnv, players: Sequence[Any], field: str) -> None:
-    """Let each player that needs engine states refuse ``env`` in one line (its ``check_env``) before any play."""
-    for player in players:
-        if needs_engine_state(player):
-            player.check_env(env, field)
 
 
 @dataclass

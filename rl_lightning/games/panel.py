@@ -19,11 +19,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from rl_lightning.algos import FAMILIES
 from rl_lightning.envs.base import TorchEnv
+from rl_lightning.envs.games.bots import load_bot
 from rl_lightning.errors import ConfigError
 from rl_lightning.games.match import Bot, MatchResult, PolicyBot, check_engine_players, play_match
 from rl_lightning.games.rating import fit_elo
 from rl_lightning.games.summary import pairwise_counts
+from rl_lightning.lineage import REVISION_KEY, read_checkpoint
 
 RANDOM, HEURISTIC, LEAGUE = "random", "heuristic", "league"
 #: The name of the policy under test in the rating table.
@@ -72,15 +75,10 @@ def default_opponents(env: TorchEnv) -> list[str]:
 
 
 def _import_bot(path: str, owner: str) -> Bot:
-    from rl_lightning.envs.games.bots import load_bot
-
     return load_bot(path, f"{owner}: opponent")  # type: ignore[return-value]
 
 
 def _load_module(path: str, device: torch.device) -> Any:
-    from rl_lightning.inference import FAMILIES
-    from rl_lightning.lineage import REVISION_KEY, read_checkpoint
-
     family = (read_checkpoint(path, source="GameEvaluation").get(REVISION_KEY) or {}).get("family")
     if family not in FAMILIES:
         raise ConfigError(f"GameEvaluation: opponent {path!r} has algorithm family {family!r}; rl_lightning "

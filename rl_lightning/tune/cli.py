@@ -20,6 +20,10 @@ from typing import Any
 
 from rl_lightning import stop
 from rl_lightning.errors import ConfigError
+from rl_lightning.tune import config as cfg
+from rl_lightning.tune import study as st
+from rl_lightning.tune.config import to_yaml, with_params
+from rl_lightning.tune.space import load_search
 
 
 @dataclass(frozen=True)
@@ -90,10 +94,6 @@ def study_name(options: argparse.Namespace, fit_args: list[str]) -> str:
 
 def main(argv: Sequence[str]) -> None:
     """Check everything, then run the study's trials and write the best config and the table."""
-    from rl_lightning.tune import config as cfg
-    from rl_lightning.tune import study as st
-    from rl_lightning.tune.space import load_search
-
     options, fit_args = split_args(argv)
     _require_optuna()
     config = cfg.resolve_fit_config(fit_args)
@@ -123,8 +123,6 @@ def main(argv: Sequence[str]) -> None:
 
 
 def _write_best(study: Any, config: dict[str, Any], study_dir: Path) -> None:
-    from rl_lightning.tune.config import to_yaml, with_params
-
     completed = [t for t in study.get_trials(deepcopy=False) if t.value is not None and t.state.name == "COMPLETE"]
     if not completed:
         print("rl-lightning tune: no trial completed, so no best config", file=sys.stderr, flush=True)

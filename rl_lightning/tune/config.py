@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from rl_lightning.cli import one_callback_per_class
 from rl_lightning.errors import ConfigError
+from rl_lightning.lightning_cli import cli_main, one_callback_per_class
 from rl_lightning.tune.space import Param, assign
 
 REPORT_CALLBACK = "rl_lightning.tune.report.TrialReport"
@@ -24,8 +24,6 @@ def resolve_fit_config(fit_args: Sequence[str]) -> dict[str, Any]:
 
     Nothing is built or written. A bad argument is the CLI's own one-line error, raised as ``ConfigError``.
     """
-    from rl_lightning.cli import cli_main
-
     out, err = io.StringIO(), io.StringIO()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

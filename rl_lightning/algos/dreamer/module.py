@@ -11,6 +11,7 @@ from torch import nn
 
 from rl_lightning import keys
 from rl_lightning.algos.base import Policy, RLModule
+from rl_lightning.algos.cuda_stream_weight_sync import CUDAStreamWeightSync
 from rl_lightning.algos.dreamer.behavior import ActorCritic
 from rl_lightning.algos.dreamer.config import check_dreamer_hparams
 from rl_lightning.algos.dreamer.draws import GradientStepDraws
@@ -19,6 +20,7 @@ from rl_lightning.algos.dreamer.policy import ActionSpace
 from rl_lightning.algos.dreamer.update_graphs import UpdateGraphs
 from rl_lightning.algos.dreamer.world_model import WorldModel
 from rl_lightning.algos.histograms import dreamer_histograms
+from rl_lightning.algos.soft_target_update import SoftTargetUpdate
 from rl_lightning.data.timing import PhaseTimer
 from rl_lightning.envs.base import BatchedEnv, EnvSpec, require_action_kind
 from rl_lightning.errors import ConfigError, require_torch_compile
@@ -195,9 +197,6 @@ class DreamerV3(RLModule):
         return [(self.behaviour.critic, self.behaviour.slow_critic)]
 
     def configure_callbacks(self) -> list[Any]:
-        from rl_lightning.callbacks.cuda_stream_weight_sync import CUDAStreamWeightSync
-        from rl_lightning.callbacks.soft_target_update import SoftTargetUpdate
-
         return [*super().configure_callbacks(), SoftTargetUpdate(tau=self.hparams.tau), CUDAStreamWeightSync()]
 
     @torch.no_grad()

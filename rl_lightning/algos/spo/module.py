@@ -13,8 +13,10 @@ from torch import nn
 
 from rl_lightning import keys
 from rl_lightning.algos.base import Policy, RLModule
-from rl_lightning.algos.histograms import histograms_check, spo_histograms
+from rl_lightning.algos.histograms import histograms_check
+from rl_lightning.algos.soft_target_update import SoftTargetUpdate
 from rl_lightning.algos.spo.compiled_search import CompiledSearch, check_compilable
+from rl_lightning.algos.spo.histograms import spo_histograms
 from rl_lightning.algos.spo.prior import ActorCriticPrior, gaussian_head
 from rl_lightning.algos.spo.search import SearchConfig, smc_search
 from rl_lightning.algos.spo.seats import check_search_game, check_searchable, seat_critic_terms, strip_carried
@@ -282,8 +284,6 @@ class SPO(RLModule):
         check_search_game(env)
 
     def configure_callbacks(self) -> list[Any]:
-        from rl_lightning.callbacks.soft_target_update import SoftTargetUpdate
-
         return [*super().configure_callbacks(), SoftTargetUpdate(tau=self.hparams.tau)]
 
     @torch.no_grad()

@@ -14,12 +14,16 @@ A search bot (``OpenSpielMCTSBot``) is the one exception: it declares ``needs_en
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
+from rl_lightning.envs.base import TorchEnv
 from rl_lightning.envs.games.bots.connect_four import ConnectFourHeuristic
 from rl_lightning.envs.games.bots.hearts import HeartsHeuristic
 from rl_lightning.envs.games.bots.mcts import OpenSpielMCTSBot
+from rl_lightning.errors import ConfigError
 
 
 class RandomBot:
@@ -39,8 +43,6 @@ def load_bot(path: str, field: str = "bot") -> object:
         ConfigError: one line naming ``field`` and the path when it does not import, is not a class, or its
             instances are not callable.
     """
-    from rl_lightning.errors import ConfigError
-
     module, sep, name = path.partition(":") if ":" in path else path.rpartition(".")
     where = f"{field}={path!r}"
     if not sep or not module or not name:
@@ -65,4 +67,19 @@ def load_bot(path: str, field: str = "bot") -> object:
     return bot
 
 
-__all__ = ["ConnectFourHeuristic", "HeartsHeuristic", "OpenSpielMCTSBot", "RandomBot", "load_bot"]
+def needs_engine_state(player: Any) -> bool:
+    """Whether ``player`` is called with ``engine_states=`` (it declares ``needs_engine_state = True``)."""
+    return bool(getattr(player, "needs_engine_state", False))
+
+
+def check_engine_players(env: TorchEnv, players: Sequence[Any], field: str) -> None:
+    """Let each player that needs engine states refuse ``env`` in one line (its ``check_env``) before any play."""
+    for player in players:
+        if needs_engine_state(player):
+            player.check_env(env, field)
+
+
+__all__ = [
+    "ConnectFourHeuristic", "HeartsHeuristic", "OpenSpielMCTSBot", "RandomBot", "check_engine_players", "load_bot",
+    "needs_engine_state",
+]  # fmt: skip

@@ -1,0 +1,250 @@
+"""``rl-lightning fit|validate|test``: the LightningCLI of RL runs (``cli_main``), below the subcommands that reuse it.
+
+``rl_lightning.cli`` dispatches to it; ``rl-lightning tune`` resolves its trials' configs through it. It wires the
+callbacks a run's settings ask for (DESIGN.md section 11: an algorithm builds none of them): ``Histograms`` for
+``model.histograms_every_n_updates``, ``EvalRequests`` for ``validate``/``test``, and the env-step progress bar.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import lightning.pytorch as pl
+import torch
+from jsonargparse import Namespace
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.callbacks import Callback, ProgressBar
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from rl_lightning.algos.base import RLModule
+from rl_lightning.algos.histograms import FIELD
+from rl_lightning.callbacks.eval_requests import EvalRequests
+from rl_lightning.callbacks.histograms import Histograms, check_histograms_config
+from rl_lightning.callbacks.progress import EnvStepProgressBar
+from rl_lightning.cli_args import resolve_config_args
+from rl_lightning.errors import ConfigError
+from rl_lightning.lineage import check_env_spec, check_family, check_weights_fit, read_checkpoint
+from rl_lightning.loggers import check_logger_config
+from rl_lightning.trainer_errors import trainer_setting_error
+
+TRAINER_DEFAULTS: dict[str, Any] = {
+    "max_epochs": -1,  # RL runs end on data.total_env_steps (or trainer.max_steps), never on epochs
+    "log_every_n_steps": 1,  # one log call per update already
+    "num_sanity_val_steps": 0,
+    "logger": {
+        "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+        "init_args": {"save_dir": "runs", "name": "rl_lightning"},
+    },
+}
+
+
+class RLArgumentParser(LightningArgumentParser):
+    """Parser whose errors are one line (field and innermost reason) instead of the usage plus a nested report."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # type: ignore[override]
+        if not self.exit_on_error:  # jsonargparse's internal trial parses: keep raising for it to catch
+            super().error(message, ex)
+        print(
+            f"rl-lightning: error: {condense_error(message)} (see: rl-lightning {{fit,validate,test}} --help)",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
+_NOISE = ("Does not validate", "Subtypes:", "Errors:", "Given value", "- Expected a <class 'NoneType'>")
+
+
+def condense_error(message: str) -> str:
+    """Field of a jsonargparse error plus its most specific reason, on one line."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if not lines:
+        return "invalid arguments"
+    details = [line.lstrip("- ") for line in lines if not line.startswith(_NOISE)]
+    keys_path = [d.split('"')[1] for d in details if d.startswith("Parser key") and d.count('"') >= 2]
+    reasons = [d for d in details if not d.startswith(("Parser key", "Problem with given class_path"))]
+    field = ".".join(keys_path)
+    reason = reasons[0] if reasons else (details[-1] if details else "invalid value")
+    return f"{field}: {reason}" if field else reason
+
+
+class RLLightningCLI(LightningCLI):
+    """LightningCLI with env dims linked data → model, a thread-count knob, and RL-aware checkpoint checks.
+
+    ``--ckpt_path`` restores weights and training state only: the config the user gave (files and command-line
+    overrides) wins over the checkpoint's saved hyper-parameters. A checkpoint that cannot be read, was written by
+    another algorithm family, or was trained on an env of other observation/action shapes is refused with one line,
+    for ``fit``, ``validate`` and ``test`` alike; ``validate``/``test`` need a checkpoint (a path or ``last``).
+    """
+
+    _checkpoint: dict[str, Any] | None = None  # read by _parse_ckpt_path, checked against the model, then dropped
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_argument(
+            "--num_threads",
+            type=int,
+            default=1,
+            help="torch intra-op CPU threads; 1 is fastest for small RL nets on few cores (applied at start-up)",
+        )
+        parser.link_arguments("data.env_spec", "model.init_args.env_spec", apply_on="instantiate")
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        threads = config.get("num_threads", 1)
+        if threads < 1:
+            raise ConfigError(f"num_threads={threads}: must be >= 1 (1 is fastest for small nets on CPU)")
+        torch.set_num_threads(threads)
+        check_logger_config(config.get("trainer.logger"))
+        if self.subcommand == "fit":
+            check_histograms_config(config)
+        if isinstance(config.get("trainer.callbacks"), list):
+            config["trainer.callbacks"] = one_callback_per_class(config["trainer.callbacks"])
+
+    def _parse_ckpt_path(self) -> None:
+        """Check ``--ckpt_path`` before any env or network is built, instead of LightningCLI's loading the
+        checkpoint's hyper-parameters over the user's config (which dropped their overrides and hid a foreign
+        checkpoint from every check)."""
+        subcommand = self.config.get("subcommand")
+        if subcommand is None:
+            return
+        config = self.config[subcommand]
+        ckpt_path = config.get("ckpt_path")
+        if ckpt_path is None and subcommand in ("validate", "test"):
+            raise ConfigError(
+                f"{subcommand} needs --ckpt_path (without one it would evaluate freshly initialised weights); "
+                "pass --ckpt_path PATH (a .ckpt from a fit run) or --ckpt_path last (the newest last.ckpt of this run)"
+            )
+        if ckpt_path is None or ckpt_path == "last":  # 'last' is found once the logger's folder is known
+            return
+        self._checkpoint = read_checkpoint(ckpt_path)
+        family = _model_family(config.get("model"))
+        if family:
+            check_family(self._checkpoint, family, source=f"ckpt_path={ckpt_path!r}")
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> pl.Trainer:
+        callbacks = [*callbacks, *self._wired_callbacks(config)]
+        configured = list(config.get("callbacks") or []) + list(callbacks)
+        if config.get("enable_progress_bar", True) is not False and not any(
+            isinstance(cb, ProgressBar) for cb in configured
+        ):
+            callbacks = [*callbacks, EnvStepProgressBar()]
+        try:
+            return super()._instantiate_trainer(config, callbacks)
+        except ConfigError:
+            raise
+        except (MisconfigurationException, ValueError, TypeError) as err:
+            raise trainer_setting_error(err, config) from err
+
+    def _wired_callbacks(self, config: dict[str, Any]) -> list[Callback]:
+        """What the run's settings ask for beyond ``trainer.callbacks``: ``Histograms`` for the model's
+        ``histograms_every_n_updates`` (it replaces a listed ``Histograms``, so one cadence writes), and
+        ``EvalRequests`` for ``validate``/``test`` (which play the run's evaluation)."""
+        wired: list[Callback] = []
+        every = getattr(self.model, "hparams", {}).get(FIELD)
+        if every is not None:
+            listed = config.get("callbacks")
+            listed = [] if listed is None else listed if isinstance(listed, list) else [listed]
+            config["callbacks"] = [cb for cb in listed if not isinstance(cb, Histograms)]
+            wired.append(Histograms(every_n_updates=every))
+        if self.subcommand in ("validate", "test"):
+            wired.append(EvalRequests())
+        return wired
+
+    def before_fit(self) -> None:
+        self._check_checkpoint_fits()
+
+    def before_validate(self) -> None:
+        self._check_checkpoint_fits()
+
+    def before_test(self) -> None:
+        self._check_checkpoint_fits()
+
+    def _check_checkpoint_fits(self) -> None:
+        """Resolve ``ckpt_path=last``, then refuse a checkpoint whose env shapes or weights do not fit the model."""
+        kwargs = self.config_init[self.subcommand]
+        ckpt_path = kwargs.get("ckpt_path")
+        if ckpt_path == "last":
+            kwargs["ckpt_path"] = ckpt_path = _find_last_checkpoint(self.trainer, required=self.subcommand != "fit")
+            if ckpt_path is not None:
+                self._checkpoint = read_checkpoint(ckpt_path)
+                if isinstance(self.model, RLModule):
+                    check_family(self._checkpoint, self.model.family, source=f"ckpt_path=last ({ckpt_path})")
+        checkpoint, self._checkpoint = self._checkpoint, None
+        if checkpoint is None or not isinstance(self.model, RLModule):
+            return
+        source = f"ckpt_path={ckpt_path!r}"
+        check_env_spec(checkpoint, self.model.env_spec, source=source)
+        check_weights_fit(checkpoint, self.model, source=source)
+
+
+def one_callback_per_class(callbacks: list[Any]) -> list[Any]:
+    """One callback per class: a later entry replaces an earlier one of the same ``class_path``, in its place.
+
+    So ``--config ppo.yaml --config callbacks/eval.yaml`` runs the fragment's ``Evaluation`` instead of a second one
+    fighting over the same ``eval/*`` keys; the bundled callback's position (and so the order) is kept.
+    """
+    kept: list[Any] = []
+    position: dict[str, int] = {}
+    for callback in callbacks:
+        class_path = callback.get("class_path") if isinstance(callback, Namespace | dict) else None
+        if class_path in position:
+            kept[position[class_path]] = callback
+            continue
+        if class_path is not None:
+            position[class_path] = len(kept)
+        kept.append(callback)
+    return kept
+
+
+def _model_family(model_config: Any) -> str | None:
+    """The ``family`` of the configured model class (``ppo``, ``spo``, ``dreamer``), without building it."""
+    class_path = model_config.get("class_path") if isinstance(model_config, Namespace | dict) else None
+    if not class_path:
+        return None
+    module_name, _, name = class_path.rpartition(".")
+    model_class = getattr(importlib.import_module(module_name), name, None)
+    return getattr(model_class, "family", None) or None
+
+
+def _find_last_checkpoint(trainer: pl.Trainer, required: bool) -> str | None:
+    """Newest ``last*.ckpt`` of any earlier version of this run (its logger's ``save_dir/name``), if one exists."""
+    roots = []
+    logger = trainer.logger
+    if logger is not None and getattr(logger, "root_dir", None):
+        roots.append(Path(logger.root_dir))
+    for callback in trainer.checkpoint_callbacks:
+        if getattr(callback, "dirpath", None):
+            roots.append(Path(callback.dirpath))
+    found = [p for root in roots if root.exists() for p in root.rglob("last*.ckpt")]
+    if not found and required:
+        raise ConfigError(
+            f"ckpt_path=last: no last*.ckpt under {[str(r) for r in roots]}; pass --ckpt_path PATH, or the same "
+            "trainer.logger save_dir/name as the fit run"
+        )
+    if not found:
+        pl.utilities.rank_zero_warn(f"ckpt_path=last: no last*.ckpt under {[str(r) for r in roots]}; starting fresh")
+        return None
+    return str(max(found, key=lambda p: p.stat().st_mtime))
+
+
+def cli_main(args: Sequence[str] | None = None, run: bool = True) -> RLLightningCLI:
+    """Build (and by default run) the CLI; ``args`` defaults to ``sys.argv[1:]``."""
+    if args is None:  # rewrite sys.argv in place: LightningCLI warns when given both
+        sys.argv[1:] = resolve_config_args(sys.argv[1:])
+        argv = None
+    else:
+        argv = resolve_config_args(list(args))
+    return RLLightningCLI(
+        RLModule,
+        pl.LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        trainer_defaults=TRAINER_DEFAULTS,
+        parser_class=RLArgumentParser,
+        save_config_kwargs={"overwrite": True},
+        args=argv,
+        run=run,
+    )
