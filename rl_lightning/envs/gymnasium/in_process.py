@@ -48,8 +48,8 @@ class GymnasiumEnv(RgbArrayRendering, GymnasiumBackend):
         env_kwargs: extra keyword arguments for ``gymnasium.make`` (e.g. ``max_episode_steps``).
         env_class: instead of ``env_id``: a ``gymnasium.Env`` subclass and its ``init_args``.
         wrappers: wrapper classes with their ``init_args``, applied to each env in order (first = innermost).
-        atari_preset, atari_eval: an Atari preset for ``env_id`` (the game) and its evaluation form; see
-            ``GymnasiumBackend``.
+        atari_preset: an Atari preset for ``env_id`` (the game); see ``GymnasiumBackend``.
+        atari_eval: the preset's evaluation form (whole games, raw scores); ``fresh`` (the eval env) sets it.
     """
 
     state_is_tensors = False  # the state is snapshot ids into a registry of Python env objects

@@ -35,8 +35,8 @@ class GymnasiumVectorEnv(RgbArrayRendering, HeldVectorEnv):
         env_kwargs: extra keyword arguments for ``gymnasium.make``.
         env_class: instead of ``env_id``: a ``gymnasium.Env`` subclass and its ``init_args``.
         wrappers: wrapper classes with their ``init_args``, applied to each env in order (first = innermost).
-        atari_preset, atari_eval: an Atari preset for ``env_id`` (the game) and its evaluation form; see
-            ``GymnasiumBackend``.
+        atari_preset: an Atari preset for ``env_id`` (the game); see ``GymnasiumBackend``.
+        atari_eval: the preset's evaluation form (whole games, raw scores); ``fresh`` (the eval env) sets it.
         mode: ``"sync"`` (``SyncVectorEnv``) or ``"async"`` (``AsyncVectorEnv``, subprocesses).
         shared_memory: async only: workers write observations into shared memory.
         context: async only: multiprocessing start method (``None``: the platform default).
