@@ -82,3 +82,43 @@ class MinBot:
 def best_score(cards: torch.Tensor) -> torch.Tensor:
     """``MaxBot``'s score with card ``cards`` (2 more on even cards, 1 on odd)."""
     return (cards + 2 - cards % 2).float()
+
+
+
+class StallCard(HighCard):
+    """``HighCard`` of two seats with a step limit: a seat whose card is below ``stall_below`` and that plays 0
+    acts again, so ``MinBot`` stalls on a low card until the game is cut at ``max_episode_steps`` ticks. A cut game
+    reports the score so far as its ``game_score`` (0: the game pays at its end), as OpenSpiel's ``returns()``."""
+
+    def __init__(self, seats: int = 2, stall_below: int = 3, max_episode_steps: int = 6) -> None:
+        super().__init__(seats=seats, seat_bonus=0.0)
+        self.stall_below = stall_below
+        self.spec = EnvSpec(name="StallCard", obs_shape=(CARDS + seats,), discrete=True, num_actions=3,
+                            has_action_mask=True, num_seats=seats, max_episode_steps=max_episode_steps)  # fmt: skip
+
+    def reset_state(self, num: int, generator: torch.Generator) -> TensorDict:
+        state = super().reset_state(num, generator)
+        state["clock"] = torch.zeros(num, dtype=torch.int64, device=state.device)
+        return state
+
+    def step_state(
+        self, state: TensorDict, action: torch.Tensor, generator: torch.Generator, inplace: bool = False
+    ) -> tuple[TensorDict, TensorDict]:
+        state = state.clone()
+        seat = state["tick"] % self.seats
+        card = state["cards"].gather(1, seat.unsqueeze(1)).squeeze(1)
+        moves = (card >= self.stall_below) | (action != 0)
+        played = state["played"].scatter(1, seat.unsqueeze(1), action.unsqueeze(1))
+        state["played"] = torch.where(moves.unsqueeze(1), played, state["played"])
+        state["tick"] = state["tick"] + moves.long()
+        state["clock"] = state["clock"] + 1
+        done = state["tick"] == self.seats
+        cut = ~done & (state["clock"] >= self.spec.max_episode_steps)
+        score = torch.where(done.unsqueeze(1), (state["cards"] + state["played"]).float(), 0.0)
+        fresh = self.reset_state(len(done), generator)
+        for key in ("cards", "tick", "played", "clock"):
+            ended = (done | cut).reshape(-1, *[1] * (state[key].dim() - 1))
+            state[key] = torch.where(ended, fresh[key], state[key])
+        out = self.observe(state)
+        out.update({keys.REWARD: score, keys.TERMINATED: done, keys.TRUNCATED: cut, "game_score": score})
+        return state, out

@@ -18,7 +18,7 @@ from rl_lightning.data import OnPolicyDataModule
 from rl_lightning.errors import ConfigError
 from rl_lightning.games import PolicyBot, match_metrics, play_match
 from tests.cli_subprocess import error_line, run_cli
-from tests.game_match_toys import HighCard, MinBot
+from tests.game_match_toys import HighCard, MinBot, StallCard
 from tests.helpers import trainer
 
 MIN_BOT = "tests.game_match_toys:MinBot"
@@ -170,3 +170,16 @@ def test_heuristic_names_the_games_bundled_bot() -> None:
     metrics = match_metrics(play_match(env, panel[1].bot, panel[0].bot, 20, seed=0))
     assert metrics["win_rate_low"] > 0.5
     assert metrics["p_value_win_rate"] < 0.01
+
+
+def test_cut_games_are_logged_apart_from_the_results() -> None:
+    """Every cut game (MinBot stalls on a low card) is counted in ``games_cut`` and none in ``games``."""
+    env = StallCard()
+    module = PPO(env_spec=env.spec, hidden_sizes=(8,))
+    callback = GameEvaluation(every_n_updates=1, opponents=[MIN_BOT], num_games=40, rating_games=0, env=env)
+    metrics = callback.measure(SimpleNamespace(), module)
+    games, cut = metrics["eval/vs_MinBot/games"], metrics["eval/vs_MinBot/games_cut"]
+    assert cut > 0
+    assert games + cut <= 40  # duplicate: a deal with a cut game is left out whole
+    replay = match_metrics(play_match(env, PolicyBot(module, seed=callback.seed), MinBot(), 20, seed=callback.seed))
+    assert (games, cut) == (replay["games"], replay["games_cut"])

@@ -13,8 +13,9 @@ from rl_lightning.algos import PPO
 from rl_lightning.errors import ConfigError
 from rl_lightning.games.match import PolicyBot, play_games, play_match
 from rl_lightning.games.rating import expected_score, fit_elo
+from rl_lightning.games.stats import mean_interval
 from rl_lightning.games.summary import match_metrics, pairwise_counts
-from tests.game_match_toys import HighCard, MaxBot, MinBot, best_score
+from tests.game_match_toys import HighCard, MaxBot, MinBot, StallCard, best_score
 
 BONUS = torch.tensor([5.0, 0.0, 0.0, 0.0])
 
@@ -166,3 +167,41 @@ def test_rating_table_counts_each_pair_from_both_sides_and_orders_the_panel() ->
     table = rating_table(HighCard(), panel, {}, 40, 0, True, 64)  # four seats: every ordered pair plays
     assert table["random"] == 0.0
     assert table["strong"] > 0.0 > table["weak"]
+
+
+def test_cut_games_are_counted_apart_and_left_out_of_every_result() -> None:
+    """MinBot stalls on a card below 3 until the game is cut (its score so far, 0, is no result): the metrics count
+    those games in ``games_cut`` and equal the metrics of the same deals' finished games, played without a limit."""
+    full = play_match(StallCard(stall_below=0), MaxBot(), MinBot(), num_deals=200, seed=3)  # no game is cut
+    result = play_match(StallCard(), MaxBot(), MinBot(), num_deals=200, seed=3)  # the same deals
+    cards = full.baseline[:, 0]  # [D, 2]: an all-MinBot game scores each seat's card
+    cut = cards.flip(1) < 3  # [D, r]: MaxBot in seat r, MinBot in the other seat with a low card stalls
+    assert 0 < int(cut.sum()) < cut.numel()
+    assert torch.equal(result.ended("tested"), ~cut)
+    assert torch.equal(result.ended("baseline"), ~(cards < 3).any(1, keepdim=True).expand(-1, 2))
+    assert torch.equal(result.seat_scores()[~cut], full.seat_scores()[~cut])
+    metrics = match_metrics(result)
+    assert metrics["games_cut"] == int(cut.sum())
+    deals = (cards >= 3).all(1)  # duplicate: the deals whose rotations and baseline all ended
+    assert metrics["games"] == 2 * int(deals.sum())
+    sample = full.seat_scores()[deals].double().mean(1)
+    interval = mean_interval(sample)
+    assert (metrics["return_per_game"], metrics["return_per_game_low"], metrics["return_per_game_high"]) == (
+        pytest.approx(interval.mean), pytest.approx(interval.low), pytest.approx(interval.high))
+    assert metrics["baseline_return_per_game"] == pytest.approx(float(cards[deals].double().mean()))
+    outcome = full.outcomes().sum(-1)[~cut]  # the rates: the tested player's games that ended
+    assert metrics["win_rate"] == pytest.approx(float((outcome > 0).double().mean()))
+    assert metrics["loss_rate"] == pytest.approx(float((outcome < 0).double().mean()))
+    wins, ties, losses = pairwise_counts(result)
+    assert (wins, ties, losses) == ((outcome > 0).sum(), (outcome == 0).sum(), (outcome < 0).sum())
+    apart = match_metrics(play_match(StallCard(), MaxBot(), MinBot(), num_deals=200, seed=3, duplicate=False))
+    assert apart["games"] + apart["games_cut"] == 400
+    assert 0 < apart["games_cut"] < 400
+    assert math.isfinite(apart["p_value"])
+
+
+def test_a_match_whose_every_game_is_cut_has_no_result() -> None:
+    metrics = match_metrics(play_match(StallCard(stall_below=10), MinBot(), MinBot(), num_deals=5, seed=0))
+    assert (metrics["games"], metrics["games_cut"]) == (0, 10)
+    for key in ("return_per_game", "return_per_game_low", "baseline_return_per_game", "p_value", "win_rate"):
+        assert math.isnan(metrics[key]), key

@@ -6,6 +6,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
+from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.algos import PPO
@@ -231,3 +232,23 @@ def test_a_bundled_heuristic_bot_seat_plays_from_the_observation(tmp_path):
     rows = batch[bot_rows]
     expected = HeartsHeuristic()(rows[keys.OBS], rows[keys.ACTION_MASK], rows[keys.SEAT], torch.Generator())
     assert torch.equal(rows[keys.ACTION], expected)
+
+
+def test_final_seat_values_keep_each_truncated_games_seats_in_order():
+    """Three games truncated in one rollout: each seat's final value is the critic's on that game's view of that
+    seat (a seat-major read of the critic's outputs mixes games up as soon as two are truncated)."""
+    from rl_lightning.algos.selfplay_targets import final_seat_values
+
+    module, _ = tiny_selfplay()
+    steps, games, seats = 4, 3, 3
+    truncated = torch.zeros(steps, games, dtype=torch.bool)
+    truncated[1, 0] = truncated[3, 1] = truncated[3, 2] = True
+    final_obs = torch.randn(steps, games, seats, 7, generator=torch.Generator().manual_seed(0))
+    batch = TensorDict({keys.TRUNCATED: truncated, keys.FINAL_OBS: final_obs, keys.VALUE: torch.zeros(steps, games)},
+                       [steps, games])  # fmt: skip
+    values = final_seat_values(module, batch)
+    with torch.no_grad():
+        expected = module.critic(module._critic_features(TensorDict({keys.OBS: final_obs}, [steps, games, seats])))
+    expected = expected.squeeze(-1) * truncated.unsqueeze(-1)
+    assert torch.allclose(values, expected, atol=1e-6)
+    assert values[truncated].std(0).min() > 0  # the seats' values differ, so an order mix-up would show

@@ -51,8 +51,12 @@ def test_two_workers_on_one_sqlite_study_finish_n_trials_without_duplicates(tmp_
 
 def test_sigkilled_worker_trial_is_retried_once_and_the_study_completes(tmp_path):
     """SIGKILL the only worker while trial 0's fit runs; a restarted worker fails the stale trial (heartbeat),
-    runs its parameters again, and the study ends with exactly 2 completed trials, the killed one counted once."""
-    first = _tune(tmp_path, "--n_trials", "2", "--heartbeat", "1")
+    runs its parameters again, and the study ends with exactly 2 completed trials, the killed one counted once.
+
+    Both starts give ``--sampler_seed 7``: the restarted worker must still draw new parameters (the same seed alone
+    would replay its first draw, the killed trial's, and run that parameter set twice)."""
+    args = ("--n_trials", "2", "--heartbeat", "1", "--sampler_seed", "7")
+    first = _tune(tmp_path, *args)
     report = tmp_path / "study" / "trial_0000" / "seed_0" / "evaluations.jsonl"
     deadline = time.monotonic() + 300
     while not (report.is_file() and report.read_text()) and time.monotonic() < deadline:  # mid-trial: one eval in
@@ -62,7 +66,7 @@ def test_sigkilled_worker_trial_is_retried_once_and_the_study_completes(tmp_path
     first.communicate(timeout=60)
     killed = _study(tmp_path).get_trials()
     assert [t.state.name for t in killed] == ["RUNNING"]
-    second = _tune(tmp_path, "--n_trials", "2", "--heartbeat", "1")
+    second = _tune(tmp_path, *args)
     output = second.communicate(timeout=600)[0]
     assert second.returncode == 0, output[-3000:]
     trials = _study(tmp_path).get_trials()
@@ -73,3 +77,5 @@ def test_sigkilled_worker_trial_is_retried_once_and_the_study_completes(tmp_path
     value = killed[0].params["model.init_args.ent_coef"]
     completed = [t.params["model.init_args.ent_coef"] for t in trials if t.state.name == "COMPLETE"]
     assert completed.count(value) == 1, (value, completed)
+    assert len(set(completed)) == len(completed) == 2, f"a parameter set ran twice: {completed}"
+

@@ -34,7 +34,8 @@ class GameEvaluation(Callback):
     (``rl_lightning.games.match``). Logged per opponent, one point per evaluation at its env step
     (``rl_lightning.games.summary`` defines each): ``eval/vs_<name>/points_per_hand`` (Hearts; other games
     ``<score>_per_game``) with ``_low``/``_high`` (95% interval), ``baseline_points_per_hand`` (the opponent in
-    the policy's seats), ``p_value`` (paired over deals when duplicate, else Welch), ``games``; two-seat games add
+    the policy's seats), ``p_value`` (paired over deals when duplicate, else Welch), ``games``, ``games_cut`` (games
+    the env cut off at its step limit: no result, left out of every other number); two-seat games add
     ``win_rate``/``draw_rate``/``loss_rate`` with intervals, ``baseline_win_rate`` and ``p_value_win_rate``.
     With ``rating_games > 0`` a round robin of the policy and the whole panel gives ``eval/rating/<name>`` (Elo,
     ``random`` = 0 when it plays; ``rl_lightning.games.rating``). The values also go to

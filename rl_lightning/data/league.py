@@ -7,7 +7,10 @@ instantiated without arguments; a bot is ``bot(obs, action_mask, seat, generator
 checkpoint file (``*.ckpt``: that policy, frozen). Unlisted seats are ``self``.
 
 Each game's players are drawn when it starts, as an int64 ``[B, S]`` table of player ids: 0 is the learning
-policy, ``1..P`` the fixed opponents of the seat map (one per distinct entry), ``P+1..P+K`` the league's slots.
+policy, ``1..P`` the fixed opponents of the seat map (one per distinct entry), ``P+1+n`` the league's n-th snapshot
+(counting from 0 over the run). A snapshot's id is never reused, and a game keeps the weights it started with: when
+the pool is full the oldest snapshot leaves it (no new game draws it) but plays on in the games that drew it, and is
+dropped once none of them is still running (``League.release``).
 With ``league.share = p``, a share ``p`` of games keep one uniformly chosen ``self`` seat learning and give every
 other ``self`` seat the game's league snapshot (one snapshot per game, uniform over the pool). ``league.bots``
 (``{random: 0.1, pkg.mod:Bot: 0.1}``) gives further shares of games to fixed opponents the same way: pure self-play
@@ -121,9 +124,9 @@ class ModuleActor:
 class League:
     """A pool of the last ``size`` snapshots of the learning policy, one taken every ``snapshot_every_n_updates``.
 
-    Checkpointed: the pool's weights (``state_dict``, the same on every rank) and, per rank, the generator that
-    draws the games' snapshots and league games (``generator_state``), so a resumed run continues the same
-    opponent stream.
+    Checkpointed: the pool's weights (``state_dict``, the same on every rank) and, per rank with the collector,
+    the generator that draws the games' snapshots and league games and the retired snapshots its games still play
+    (``retired_state_dict``), so a resumed run continues the same opponent stream.
 
     Args:
         size: snapshots kept (the oldest is dropped first).
@@ -157,10 +160,15 @@ class League:
         for name in bots:
             _check_spec(str(name), -1, "data.league.bots")
         self.size, self.every, self.share, self.bots = size, snapshot_every_n_updates, share, bots
-        self.slots: list[Any] = []  # frozen modules, oldest first
+        self.slots: list[Any] = []  # the pool: frozen modules, oldest first
         self.versions: list[int] = []  # the policy_version each slot was taken at
+        self.ids: list[int] = []  # each slot's snapshot number n (player id ``league_first_id + n``), never reused
+        self.retired: dict[int, Any] = {}  # snapshot number -> a snapshot out of the pool that games still play
+        self.taken = 0  # snapshots taken so far: the next one's number
         self.last_snapshot_update = -1
         self.generator = torch.Generator()
+        self._spare: list[Any] = []  # released modules, reused for the next snapshots
+        self._id_table: tuple[list[int], torch.Tensor] = ([], torch.zeros(1, dtype=torch.int64))
 
     def maybe_snapshot(self, module: Any) -> None:
         """Add ``module``'s current weights when ``snapshot_every_n_updates`` updates have passed."""
@@ -170,28 +178,70 @@ class League:
         self._add(module, None, module.policy_version)
 
     def _add(self, module: Any, state: dict[str, torch.Tensor] | None, version: int) -> None:
-        if len(self.slots) < self.size:
-            self.slots.append(frozen_copy(module, state))
-            self.versions.append(version)
+        if len(self.slots) >= self.size:  # the oldest leaves the pool; games that drew it play it on (``release``)
+            oldest = self.versions.index(min(self.versions))
+            self.retired[self.ids.pop(oldest)] = self.slots.pop(oldest)
+            self.versions.pop(oldest)
+        if self._spare:
+            snapshot = self._spare.pop()
+            snapshot.load_state_dict(module.state_dict() if state is None else state)
+        else:
+            snapshot = frozen_copy(module, state)
+        self.slots.append(snapshot)
+        self.versions.append(version)
+        self.ids.append(self.taken)
+        self.taken += 1
+
+    def pool_ids(self) -> torch.Tensor:
+        """The pool's snapshot numbers, int64 on the CPU (``[taken]`` while the pool is empty)."""
+        if self._id_table[0] != self.ids:
+            self._id_table = (list(self.ids), torch.tensor(self.ids or [self.taken], dtype=torch.int64))
+        return self._id_table[1]
+
+    def snapshots(self) -> list[tuple[int, Any]]:
+        """Every snapshot that may play now, as ``(number, module)``: the pool's, then the retired ones."""
+        return [*zip(self.ids, self.slots), *self.retired.items()]
+
+    def release(self, players: torch.Tensor, first_id: int) -> None:
+        """Drop the retired snapshots that no game of the ``players`` table (player ids) still plays.
+
+        One host sync per call, and only while a retired snapshot is kept (after the pool was full)."""
+        if not self.retired:
             return
-        # Reuse the oldest slot's module: its id (the player id) becomes the newest snapshot's.
-        oldest = self.versions.index(min(self.versions))
-        self.slots[oldest].load_state_dict(module.state_dict() if state is None else state)
-        self.versions[oldest] = version
+        numbers = list(self.retired)
+        ids = torch.tensor(numbers, dtype=players.dtype, device=players.device) + first_id
+        for number, playing in zip(numbers, torch.isin(ids, players).tolist()):
+            if not playing:
+                self._spare.append(self.retired.pop(number))
 
     def state_dict(self) -> dict[str, Any]:
+        """The pool (its weights, versions and snapshot numbers) and the snapshot clock; the retired snapshots
+        differ per rank and are saved with each rank's collector (``retired_state_dict``)."""
         return {
             "weights": [{k: v.cpu() for k, v in slot.state_dict().items()} for slot in self.slots],
             "versions": list(self.versions),
+            "ids": list(self.ids),
+            "taken": self.taken,
             "last_snapshot_update": self.last_snapshot_update,
         }
 
     def load_state_dict(self, state: dict[str, Any], module: Any) -> None:
-        self.slots, self.versions = [], []
+        self.slots, self.versions, self.retired, self._spare = [], [], {}, []
         for weights, version in zip(state["weights"], state["versions"]):
             self.slots.append(frozen_copy(module, weights))
             self.versions.append(version)
+        # A checkpoint from before snapshot numbers named the slots by position.
+        self.ids = [int(n) for n in state.get("ids", range(len(self.slots)))]
+        self.taken = int(state.get("taken", max(self.ids, default=-1) + 1))
         self.last_snapshot_update = int(state["last_snapshot_update"])
+
+    def retired_state_dict(self) -> dict[int, dict[str, torch.Tensor]]:
+        """The retired snapshots' weights (this rank's games still play them)."""
+        return {n: {k: v.cpu() for k, v in slot.state_dict().items()} for n, slot in self.retired.items()}
+
+    def load_retired_state_dict(self, state: dict[int, dict[str, torch.Tensor]]) -> None:
+        """Restore the retired snapshots (after ``load_state_dict``: they are built like the pool's)."""
+        self.retired = {int(n): frozen_copy(self.slots[0], weights) for n, weights in state.items()}
 
 
 class SeatPlayers:
@@ -241,12 +291,17 @@ class SeatPlayers:
         return self
 
     def acting(self) -> list[tuple[int, Actor]]:
-        """Every player but the learning policy that may act now: fixed opponents, then filled league slots."""
+        """Every player but the learning policy that may act now: fixed opponents, then the league's snapshots."""
         players = list(self.actors.items())
         if self.league is not None:
             first = self.league_first_id
-            players += [(first + k, ModuleActor(slot)) for k, slot in enumerate(self.league.slots)]
+            players += [(first + n, ModuleActor(slot)) for n, slot in self.league.snapshots()]
         return players
+
+    def release(self, players: torch.Tensor) -> None:
+        """Drop the league's retired snapshots that no game of the ``players`` table still plays."""
+        if self.league is not None:
+            self.league.release(players, self.league_first_id)
 
     def assign(self, num_games: int) -> torch.Tensor:
         """Draw the players of ``num_games`` new games: int64 ``[num_games, S]`` player ids."""
@@ -255,8 +310,8 @@ class SeatPlayers:
         if league is None:
             return players
         gen = league.generator
-        pool = max(len(league.slots), 1)
-        snapshot = self.league_first_id + torch.randint(pool, (num_games, 1), generator=gen).to(self.device)
+        pool = league.pool_ids()
+        snapshot = self.league_first_id + pool[torch.randint(len(pool), (num_games, 1), generator=gen)].to(self.device)
         # A league game keeps one uniformly drawn ``self`` seat learning; the other ``self`` seats play the snapshot
         # (or, in the bots' shares of games, that bot). One draw picks the game's kind: [0, share) a snapshot.
         kind = torch.rand(num_games, 1, generator=gen).to(self.device)

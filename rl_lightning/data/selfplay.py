@@ -73,6 +73,7 @@ class SelfPlayCollector(CollectorBase):
         if self._obs is None:
             self._obs = self.env.reset()
             self._player = self.players.assign(self.num_envs)
+        self.players.release(self._player)  # a retired league snapshot no game still plays is dropped
         seats, opponents = self.num_seats, self.players.acting()
         storage: dict[str, Any] = {}
         finished: list[tuple[torch.Tensor, ...]] = []
@@ -187,6 +188,8 @@ class SelfPlayCollector(CollectorBase):
             state["league_generator"] = self.players.league.generator.get_state()
         if "env_state" in state and self._player is not None:
             state["player"] = self._player.clone()
+            if self.players.league is not None:
+                state["league_retired"] = self.players.league.retired_state_dict()
             if self._carry is not None:
                 state["carry"] = self._carry.to_dict()
         return state
@@ -197,6 +200,8 @@ class SelfPlayCollector(CollectorBase):
             self.players.league.generator.set_state(state["league_generator"])
         if "player" in state:
             self._player = state["player"].to(self.env.device)
+            if state.get("league_retired") and self.players.league is not None:
+                self.players.league.load_retired_state_dict(state["league_retired"])
             if "carry" in state:
                 self._carry = TensorDict(state["carry"], batch_size=[self.num_seats, self.num_envs]).to(self.env.device)
 

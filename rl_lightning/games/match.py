@@ -13,10 +13,15 @@ chance a game draws from its reset seed: ``TorchEnv.reset_state(n, generator)`` 
 so resetting from a generator seeded the same way reproduces the same deals; no engine hook is needed. An engine
 that draws chance from the step generator instead (a dice game written in torch) repeats only its reset state.
 Without duplicates every rotation and the baseline get fresh deals, and the scores are independent samples.
+
+Cut games: a game the env truncates (its ``max_episode_steps``) before it ends has no result, only the score so far
+(OpenSpiel's ``returns()`` of an unfinished game, 0 in games that pay at the end). Its scores are NaN, and
+``rl_lightning.games.summary`` counts such games (``games_cut``) and leaves them out of every result and interval.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -72,7 +77,8 @@ def play_games(
     batch_size: int = 256,
     device: torch.device | str = "cpu",
 ) -> torch.Tensor:
-    """Play ``num_games`` games with ``lineup[s]`` in seat s; every seat's ``game_score``, float32 ``[G, S]``.
+    """Play ``num_games`` games with ``lineup[s]`` in seat s; every seat's ``game_score``, float32 ``[G, S]``
+    (NaN for a game the env cut off before it ended).
 
     Games are played ``batch_size`` at a time; chunk k resets from a generator seeded ``(deal_seed, k)``, so the
     same ``deal_seed`` and ``batch_size`` replay the same deals. ``seed`` seeds the step and bot generators.
@@ -110,7 +116,8 @@ def _play_batch(
                 if GAME_SCORE not in out:
                     raise ConfigError(f"{env.spec.name} gives no {GAME_SCORE!r} when a game ends, so a match "
                                       "cannot score it; use a game env of rl_lightning.envs.games")  # fmt: skip
-                scores[index[ended]] = out[GAME_SCORE][ended].float()
+                cut = out[keys.TRUNCATED] & ~out[keys.TERMINATED]  # cut off: no result
+                scores[index[ended]] = out[GAME_SCORE][ended].float().masked_fill(cut[ended].unsqueeze(-1), math.nan)
                 env.release(state[ended])
                 keep = ~ended
                 state, obs, index = state[keep], out[keep], index[keep]
@@ -149,12 +156,14 @@ class MatchResult:
     """Every seat's score in a match's games, by deal and rotation.
 
     Attributes:
-        tested: ``[D, S, S]``: ``tested[d, r]`` are the seats' scores of deal d with the tested player in seat r.
+        tested: ``[D, S, S]``: ``tested[d, r]`` are the seats' scores of deal d with the tested player in seat r
+            (NaN: that game was cut off before it ended).
         baseline: ``[D, S, S]``: ``baseline[d, r]`` a game of opponents only (on deal d when duplicate), whose
-            seat r is the opponent's score in the tested player's place.
+            seat r is the opponent's score in the tested player's place (NaN: cut off, or not played).
         duplicate: whether the rotations and the baseline share deals (then per-deal differences are paired).
         lower_is_better: the score's direction (Hearts points: lower is better).
         score_name: what the score is (``points``, ``return``).
+        baseline_played: whether the baseline games were played (``play_match(baseline=False)``: not).
     """
 
     tested: torch.Tensor
@@ -162,6 +171,13 @@ class MatchResult:
     duplicate: bool
     lower_is_better: bool
     score_name: str
+    baseline_played: bool = True
+
+    def ended(self, which: str = "tested") -> torch.Tensor:
+        """``[D, S]`` bool: whether the game of deal d with the tested player (or the baseline) in seat r ended,
+        rather than being cut off (or, for the baseline, not played)."""
+        games = self.tested if which == "tested" else self.baseline
+        return ~torch.isnan(games).any(-1)
 
     def seat_scores(self, which: str = "tested") -> torch.Tensor:
         """``[D, S]``: the tested player's (or the baseline's) score in seat r of deal d."""
@@ -170,7 +186,8 @@ class MatchResult:
         return games[:, seats, seats]
 
     def outcomes(self, which: str = "tested") -> torch.Tensor:
-        """``[D, S, S]`` int8: +1 where the seat-r player beat seat s, 0 a tie, -1 a loss (diagonal 0)."""
+        """``[D, S, S]`` int8: +1 where the seat-r player beat seat s, 0 a tie, -1 a loss (diagonal 0; also 0 in a
+        game that was cut off: leave those out with ``ended``)."""
         games = self.tested if which == "tested" else self.baseline
         own = self.seat_scores(which).unsqueeze(-1)  # [D, S, 1]
         better = own < games if self.lower_is_better else own > games
@@ -219,4 +236,5 @@ def play_match(
         duplicate=duplicate,
         lower_is_better=bool(getattr(env, "score_lower_is_better", False)),
         score_name=str(getattr(env, "score_name", "return")),
+        baseline_played=baseline,
     )

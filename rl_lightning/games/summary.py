@@ -15,15 +15,21 @@ Per match (``rl_lightning.games.match.MatchResult``):
   count games as independent, which duplicate deals of a game with chance make slightly optimistic),
   ``baseline_win_rate``, and ``p_value_win_rate``: the exact binomial (sign) test of wins against losses, draws
   left out, against even chances;
-* ``games``: the tested player's games.
+* ``games``: the tested player's games behind the results; ``games_cut``: its games the env cut off before they
+  ended (``max_episode_steps``), which have no result and are left out of every number above. With duplicate
+  deals a deal counts only when all its games ended (every rotation, and the baseline), so the pairing holds; the
+  rates count the tested player's games that ended. Every game cut: the results are NaN.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 from rl_lightning.games.match import MatchResult
 from rl_lightning.games.stats import (
+    Interval,
     binomial_p_value,
     mean_interval,
     paired_p_value,
@@ -40,18 +46,22 @@ def score_key(result: MatchResult) -> str:
 def match_metrics(result: MatchResult, confidence: float = 0.95) -> dict[str, float]:
     """The metrics of the module docstring, as Python floats (NaN where a quantity cannot be estimated)."""
     tested, base = result.seat_scores("tested").double(), result.seat_scores("baseline").double()
-    if result.duplicate:
-        sample, base_sample = tested.mean(1), base.mean(1)
+    ended, base_ended = result.ended("tested"), result.ended("baseline")
+    has_baseline = result.baseline_played and not bool(torch.isnan(base).all())
+    if result.duplicate:  # whole deals: every rotation ended, and the baseline game where there is one
+        deals = ended.all(1) & (base_ended.all(1) if has_baseline else True)
+        sample, base_sample = tested[deals].mean(1), base[deals].mean(1)
+        games = int(deals.sum()) * tested.shape[1]
     else:
-        sample, base_sample = tested.flatten(), base.flatten()
-    interval = mean_interval(sample, confidence)
+        sample, base_sample = tested[ended], base[base_ended]
+        games = len(sample)
+    interval = mean_interval(sample, confidence) if games else Interval(math.nan, math.nan, math.nan, 0)
     key = score_key(result)
-    out = {key: interval.mean, f"{key}_low": interval.low, f"{key}_high": interval.high,
-           "games": float(tested.numel())}  # fmt: skip
-    has_baseline = not bool(torch.isnan(base_sample).any())
-    out[f"baseline_{key}"] = float(base_sample.mean()) if has_baseline else float("nan")
-    if not has_baseline:
-        out["p_value"] = float("nan")
+    out = {key: interval.mean, f"{key}_low": interval.low, f"{key}_high": interval.high, "games": float(games),
+           "games_cut": float((~ended).sum())}  # fmt: skip
+    out[f"baseline_{key}"] = float(base_sample.mean()) if has_baseline and len(base_sample) else math.nan
+    if not has_baseline or not games:
+        out["p_value"] = math.nan
     elif result.duplicate:
         out["p_value"] = paired_p_value(sample, base_sample)
     else:
@@ -63,24 +73,25 @@ def match_metrics(result: MatchResult, confidence: float = 0.95) -> dict[str, fl
 
 def _two_seat_metrics(result: MatchResult, confidence: float, has_baseline: bool) -> dict[str, float]:
     """Win/draw/loss rates of the tested seat against the other seat, and the sign test."""
-    outcome = result.outcomes("tested").sum(-1)  # [D, S]: the one other seat's comparison
+    outcome = result.outcomes("tested").sum(-1)[result.ended("tested")]  # the one other seat's comparison
     games = outcome.numel()
     wins, losses = int((outcome > 0).sum()), int((outcome < 0).sum())
     out: dict[str, float] = {}
     for name, count in (("win_rate", wins), ("draw_rate", games - wins - losses), ("loss_rate", losses)):
         rate = wilson_interval(count, games, confidence)
         out.update({name: rate.mean, f"{name}_low": rate.low, f"{name}_high": rate.high})
-    base_wins = float((result.outcomes("baseline").sum(-1) > 0).double().mean())
-    out["baseline_win_rate"] = base_wins if has_baseline else float("nan")
+    base_wins = (result.outcomes("baseline").sum(-1) > 0)[result.ended("baseline")]
+    out["baseline_win_rate"] = float(base_wins.double().mean()) if has_baseline and len(base_wins) else math.nan
     out["p_value_win_rate"] = binomial_p_value(wins, wins + losses)
     return out
 
 
 def pairwise_counts(result: MatchResult) -> tuple[int, int, int]:
-    """The tested player's wins, ties and losses against each other seat of its games (for ratings)."""
+    """The tested player's wins, ties and losses against each other seat of its games that ended (for ratings)."""
     outcome = result.outcomes("tested")
     seats = outcome.shape[-1]
     off_diagonal = ~torch.eye(seats, dtype=torch.bool, device=outcome.device)
-    values = outcome[:, off_diagonal]
+    ended = result.ended("tested").unsqueeze(-1).expand_as(outcome)
+    values = outcome[:, off_diagonal][ended[:, off_diagonal]]
     wins, losses = int((values > 0).sum()), int((values < 0).sum())
     return wins, values.numel() - wins - losses, losses

@@ -57,7 +57,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pruner_warmup_steps", type=int, default=0, help="median: env steps before a trial is pruned")
     p.add_argument("--objective", choices=("last_k", "auc"), default="last_k")
     p.add_argument("--last_k", type=int, default=3, help="last_k: evaluations averaged")
-    p.add_argument("--sampler_seed", type=int, default=None, help="TPE sampler seed (give each worker its own)")
+    p.add_argument("--sampler_seed", type=int, default=None, help="TPE sampler seed (give each worker its own); "
+                   "mixed with the study's trial count, so a restarted worker draws new parameters")
     p.add_argument("--heartbeat", type=int, default=10, help="seconds; a trial silent 3x this long is retried")
     return p
 

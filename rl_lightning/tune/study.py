@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rl_lightning import stop
 from rl_lightning.tune.trial import FitFailed, Pruned, run_trial
 
@@ -20,7 +22,11 @@ FAILED_FIT = "fit_failed"  # user attr of a trial that ran and failed (counted a
 
 def open_study(storage_url: str, name: str, pruner: Any, sampler_seed: int | None, heartbeat_s: int) -> Any:
     """Create or load ``name`` on ``storage_url`` (maximising) with heartbeats, so a dead worker's trial goes stale,
-    is failed and is retried once with the same parameters by whichever worker looks next."""
+    is failed and is retried once with the same parameters by whichever worker looks next.
+
+    The TPE sampler's seed is ``sampler_seed`` mixed with the number of trials the study already holds
+    (``worker_seed``): a worker restarted on a study it had begun draws new parameters, where the same seed would
+    replay its first draws and run trials the study already has."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -36,14 +42,18 @@ def open_study(storage_url: str, name: str, pruner: Any, sampler_seed: int | Non
             heartbeat_stale_trial_callback=_retry_callback(optuna)(max_retry=2),
             **kwargs,
         )
-    return optuna.create_study(
-        storage=storage,
-        study_name=name,
-        direction="maximize",
-        load_if_exists=True,
-        sampler=optuna.samplers.TPESampler(seed=sampler_seed),
-        pruner=pruner,
+    study = optuna.create_study(
+        storage=storage, study_name=name, direction="maximize", load_if_exists=True, pruner=pruner
     )
+    study.sampler = optuna.samplers.TPESampler(seed=worker_seed(sampler_seed, len(study.get_trials(deepcopy=False))))
+    return study
+
+
+def worker_seed(sampler_seed: int | None, trials: int) -> int | None:
+    """The sampler seed of a worker that opens a study holding ``trials`` trials (``None``: unseeded)."""
+    if sampler_seed is None:
+        return None
+    return int(np.random.SeedSequence([sampler_seed, trials]).generate_state(1)[0])
 
 
 def _retry_callback(optuna: Any) -> Any:
