@@ -33,7 +33,7 @@ from rl_lightning.objectives.seat_credit import open_tails
 LEARNER = "learner"  # bool: the acting seat is the learning policy (only these rows train)
 CARRIED = "carried"  # bool: an open decision carried over from the previous rollout
 PLAYER = "player"  # int64: the id of the player who acted (0: the learning policy)
-_STEP_KEYS = (keys.REWARD, keys.TERMINATED, keys.TRUNCATED, keys.FINAL_OBS)
+_STEP_KEYS = (keys.REWARD, keys.TERMINATED, keys.TRUNCATED, keys.FINAL_OBS, keys.SEAT_TRUNCATED)
 
 
 class SelfPlayCollector(CollectorBase):
@@ -150,8 +150,7 @@ class SelfPlayCollector(CollectorBase):
         carry = ticks[template].clone()  # shaped like a tick; marked as not learning, so it never trains
         carry[keys.SEAT] = torch.arange(self.num_seats, device=self.env.device).unsqueeze(1).expand_as(carry[keys.SEAT])
         carry[keys.REWARD].zero_()
-        carry[keys.TERMINATED].zero_()
-        carry[keys.TRUNCATED].zero_()
+        _clear_ends(carry)
         carry[LEARNER].zero_()
         carry[CARRIED].fill_(True)
         return carry
@@ -167,8 +166,7 @@ class SelfPlayCollector(CollectorBase):
         carry[keys.SEAT] = torch.arange(seats, device=row.device).unsqueeze(1).expand(seats, self.num_envs)
         eye = torch.eye(seats, dtype=partial.dtype, device=partial.device).unsqueeze(1)  # [S, 1, S]
         carry[keys.REWARD] = (partial.T * has).unsqueeze(-1) * eye
-        carry[keys.TERMINATED].zero_()
-        carry[keys.TRUNCATED].zero_()
+        _clear_ends(carry)
         carry[LEARNER] = has
         carry[CARRIED].fill_(True)
         return carry
@@ -247,6 +245,13 @@ def make_selfplay(spec: Any, seats: dict[Any, Any] | None, league: dict[str, Any
                 f"data.{name}={value!r} applies to multi-seat games, but {spec.name!r} has one seat; remove it"
             )
     return None
+
+
+def _clear_ends(carry: TensorDict) -> None:
+    """A carried row ends no game: its end flags are cleared (the game's end, if any, lies in the next rollout)."""
+    for key in (keys.TERMINATED, keys.TRUNCATED, keys.SEAT_TRUNCATED):
+        if key in carry:
+            carry[key].zero_()
 
 
 def _empty_like_rows(value: Any, rows: int) -> Any:
