@@ -48,8 +48,8 @@ def load_policy(
             which records ``n`` and the Box bounds but not a ``Discrete`` ``start`` or a Box dtype; pass
             ``env.action_space`` when yours has a non-zero start or a non-float32 Box.
         deterministic: act with the mode (True) or sample (False); ``None`` acts as the run's evaluation did: the
-            ``deterministic`` its ``Evaluation`` callback played with (saved in the checkpoint), else the
-            algorithm's evaluation default (PPO, DreamerV3: the mode; SPO: a sample unless ``eval_greedy``).
+            ``deterministic`` its ``Evaluation`` or ``GameEvaluation`` callback played with (saved in the checkpoint),
+            else the algorithm's evaluation default (PPO, DreamerV3: the mode; SPO: a sample unless ``eval_greedy``).
         seed: seeds the policy's generator (sampled actions, DreamerV3's latents).
         device: where the networks run.
     """
@@ -67,9 +67,11 @@ def load_policy(
 
 
 def evaluation_deterministic(checkpoint: dict[str, Any]) -> bool | None:
-    """The ``deterministic`` the run's ``Evaluation`` callback played with, if the checkpoint records one."""
+    """The ``deterministic`` the run's ``Evaluation`` (or, for a game, ``GameEvaluation``) callback played with, if
+    the checkpoint records one."""
     for key, state in (checkpoint.get("callbacks") or {}).items():
-        if str(key).startswith("Evaluation") and isinstance(state, dict) and state.get("deterministic") is not None:
+        played = str(key).startswith(("Evaluation", "GameEvaluation"))
+        if played and isinstance(state, dict) and state.get("deterministic") is not None:
             return bool(state["deterministic"])
     return None
 

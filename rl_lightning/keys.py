@@ -11,6 +11,9 @@ TRUNCATED = "truncated"  # episode cut by a time limit: bootstrap from V(final_o
 IS_FIRST = "is_first"  # OBS starts a new episode
 ACTION_MASK = "action_mask"  # bool [..., n]; True = legal
 SEAT = "seat"  # int64 [B]: the seat to act next in a multi-seat game (DESIGN.md §10)
+# bool [B, S], multi-seat games that can truncate: the seat was still in the game when it was cut (bootstrap from its
+# final_obs); a seat eliminated earlier (terminated) reads False. Absent: every seat follows the game's truncated.
+SEAT_TRUNCATED = "seat_truncated"
 # Atari presets only (envs/gymnasium/atari.py): a whole game's raw score, below life-loss episodes and reward clipping.
 GAME_OVER = "game_over"  # bool [B]: the game itself ended at this step (game over or frame limit, not a life loss)
 GAME_SCORE = "game_score"  # float32 [B]: the raw score of the game that ended at this step (0 where none did)

@@ -162,8 +162,20 @@ class RLLightningCLI(LightningCLI):
     def before_test(self) -> None:
         self._check_checkpoint_fits()
 
+    def _check_callbacks_fit(self) -> None:
+        """Let each callback that can (``check_datamodule``) refuse the datamodule's env before the trainer starts
+        (``Evaluation`` on a multi-seat game; ``GameEvaluation`` opponents that do not fit it)."""
+        if self.datamodule is None:
+            return
+        for callback in self.trainer.callbacks:
+            check = getattr(callback, "check_datamodule", None)
+            if callable(check):
+                check(self.datamodule)
+
     def _check_checkpoint_fits(self) -> None:
-        """Resolve ``ckpt_path=last``, then refuse a checkpoint whose env shapes or weights do not fit the model."""
+        """Refuse callbacks that cannot play the env; resolve ``ckpt_path=last``, then refuse a checkpoint whose env
+        shapes or weights do not fit the model."""
+        self._check_callbacks_fit()
         kwargs = self.config_init[self.subcommand]
         ckpt_path = kwargs.get("ckpt_path")
         if ckpt_path == "last":

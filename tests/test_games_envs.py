@@ -256,3 +256,72 @@ def test_a_deep_copy_continues_identically() -> None:
         assert torch.equal(out[keys.OBS], twin_out[keys.OBS])
         assert torch.equal(out[keys.REWARD], twin_out[keys.REWARD])
     assert twin.env.live_count == 2
+
+
+#: A Hanabi small enough for tests (8 actions, 84 features), paying a point per card played during the game.
+TINY_HANABI = {"players": 2, "colors": 2, "ranks": 2, "hand_size": 2, "max_information_tokens": 3, "max_life_tokens": 1}
+
+
+def test_rewards_during_play_sum_to_the_games_returns() -> None:
+    """Hanabi pays during play, and ``state.rewards()`` after the card draw (a chance node) still reports the move
+    before it: each tick must credit the change of ``returns()``, so a game's rewards sum to its returns."""
+    core = OpenSpielEnv("open_spiel:hanabi", TINY_HANABI)
+    generator = torch.Generator().manual_seed(0)
+    state = core.reset_state(32, generator)
+    out = core.observe(state)
+    running = torch.zeros(32, 2, dtype=torch.float64)
+    credited, returns = [], []
+    for _ in range(600):
+        state, out = core.step_state(state, random_actions(out, generator), generator, inplace=True)
+        running += out[keys.REWARD].double()
+        ended = out[keys.TERMINATED] | out[keys.TRUNCATED]
+        credited.append(running[ended].clone())
+        returns.append(out[GAME_SCORE][ended].double())  # the engine's returns() of the games that ended
+        running[ended] = 0.0
+    credited, returns = torch.cat(credited), torch.cat(returns)
+    assert len(returns) > 300
+    assert (returns != 0).float().mean() > 0.1  # games that score: the check is not vacuous (a bomb-out scores 0)
+    torch.testing.assert_close(credited, returns)
+    core.close()
+
+
+def test_a_snapshot_credits_what_the_original_credits_in_a_game_paying_during_play() -> None:
+    core = OpenSpielEnv("open_spiel:hanabi", TINY_HANABI)
+    generator = torch.Generator().manual_seed(1)
+    state = core.reset_state(8, generator)
+    out = core.observe(state)
+    for _ in range(3):
+        state, out = core.step_state(state, random_actions(out, generator), generator, inplace=True)
+    snap = core.snapshot(state)
+    draws = torch.Generator().manual_seed(2)
+    for _ in range(20):
+        action = random_actions(out, draws)
+        state, out = core.step_state(state, action, generator, inplace=True)
+        snap, again = core.step_state(snap, action, generator, inplace=True)
+        torch.testing.assert_close(out[keys.REWARD], again[keys.REWARD])
+    core.close()
+
+
+def test_an_envspec_with_integer_observations_writes_to_yaml_and_loads_back(tmp_path) -> None:
+    """Lightning writes the module's hyper-parameters (``env_spec``) to ``hparams.yaml``; PyYAML could not write a
+    ``torch.int8`` (PettingZoo's Connect Four), and the run died at start-up. Saved dtypes are names now; a spec
+    pickled with the dtype itself (older checkpoints) still loads."""
+    import pickle
+
+    import yaml
+    from lightning.pytorch.core.saving import save_hparams_to_yaml
+
+    from rl_lightning.envs.base import EnvSpec, ObsLeaf
+
+    leaf = ObsLeaf((6, 7, 2), torch.int8)
+    spec = EnvSpec("classic/connect_four-v3", (6, 7, 2), True, 7, obs_dtype=torch.int8, obs_keys=((("b",), leaf),))
+    save_hparams_to_yaml(tmp_path / "hparams.yaml", {"env_spec": spec, "lr": 0.1})
+    text = (tmp_path / "hparams.yaml").read_text()
+    assert "obs_dtype: int8" in text
+    assert yaml.unsafe_load(text)["env_spec"] == spec
+    assert pickle.loads(pickle.dumps(spec)) == spec
+    torch.save({"spec": spec}, tmp_path / "spec.pt")
+    assert torch.load(tmp_path / "spec.pt", weights_only=True)["spec"].obs_dtype is torch.int8
+    old = EnvSpec.__new__(EnvSpec)
+    old.__setstate__(dict(vars(spec)))  # what unpickling a spec saved with torch.int8 in it does
+    assert old == spec

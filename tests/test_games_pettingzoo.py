@@ -93,9 +93,9 @@ def test_same_seed_same_games() -> None:
 
 
 def test_parallel_env_steps_jointly_after_every_seat_chose() -> None:
-    env = BatchedEnv(PettingZooEnv("tests.games_envs:SimultaneousSum"), 1, seed=0)
+    env = BatchedEnv(PettingZooEnv("tests.games_envs:SimultaneousSum", all_actions_legal=True), 1, seed=0)
     out = env.reset()
-    assert out[keys.ACTION_MASK].all()  # no mask in the observation: every action legal
+    assert out[keys.ACTION_MASK].all()  # no mask, declared all legal: every action legal
     previous = 0
     for round_, left in enumerate([1, 0, 1]):
         assert int(out[keys.SEAT]) == 0
@@ -131,8 +131,10 @@ def test_users_module_path_and_registry_module_load() -> None:
 @pytest.mark.parametrize(("env_id", "message"), [
     ("tests.no_such_games_module", "module 'tests.no_such_games_module' does not import (ModuleNotFoundError"),
     ("tests.games_envs:MismatchedObs", "the agents' observations differ (a: (3,) float32, b: (4,) float32"),
-    ("tests.games_envs:NoMask", "observation dict has no 'action_mask', so illegal moves cannot be masked; add an "
-                                "action_mask"),
+    ("tests.games_envs:NoMask", "agent 'c' has no action mask (neither obs['action_mask'] nor "
+                                "infos[agent]['action_mask']), so illegal moves cannot be masked; add one, or declare "
+                                "that every action is always legal with all_actions_legal: true"),
+    ("tests.games_envs:SimultaneousSum", "agent 'left' has no action mask"),
     ("tests.games_envs:BoxActions", "acts in Box(2,); PettingZooEnv needs Discrete(n) actions"),
     ("tests.games_envs:Nothing", "has no class or function 'Nothing'"),
     ("classic/connect_fuor-v3", "is not a PettingZoo registry id (close: classic/connect_four-v3"),
@@ -143,3 +145,89 @@ def test_bad_input_is_one_line(env_id: str, message: str) -> None:
         PettingZooEnv(env_id)
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_a_parallel_envs_mask_in_infos_is_read() -> None:
+    """``InfoMaskParallel`` puts its mask in ``infos`` (action 2 legal on even rounds only) and raises on an illegal
+    action: random play by the mask never raises, and the mask follows the rounds."""
+    env = BatchedEnv(PettingZooEnv("tests.games_envs:InfoMaskParallel"), 4, seed=0)
+    out, generator = env.reset(), torch.Generator().manual_seed(0)
+    rounds = torch.zeros(4)
+    for _ in range(60):
+        assert torch.equal(out[keys.ACTION_MASK][:, 2], rounds % 2 == 0)
+        seat = out[keys.SEAT].clone()
+        out = env.step(random_actions(out, generator))
+        rounds = torch.where(seat == 1, rounds + 1, rounds)  # the env steps once the second seat chose
+        rounds = torch.where(out[keys.TERMINATED], 0.0, rounds)
+
+
+def test_all_actions_legal_is_needed_only_without_a_mask() -> None:
+    assert PettingZooEnv("tests.games_envs:InfoMaskParallel").mask_source == "infos"
+    assert PettingZooEnv("classic/tictactoe-v3", all_actions_legal=True).mask_source == "observation"
+    assert PettingZooEnv("tests.games_envs:NoMask", all_actions_legal=True).mask_source == "none"
+
+
+def eliminated_then_cut() -> tuple:
+    """A ``LastOneStanding`` rollout whose seat 0 leaves on its first move, the others play on, cut at 4 moves."""
+    from tensordict import TensorDict
+
+    from rl_lightning.data.league import SeatPlayers
+    from rl_lightning.data.selfplay import SelfPlayCollector
+
+    env = BatchedEnv(PettingZooEnv("tests.games_envs:LastOneStanding", {"length": 50}, max_episode_steps=4), 2, seed=0)
+    collector = SelfPlayCollector(env, SeatPlayers(["self"] * 3, None, env.device), seed=0)
+
+    def policy(obs, generator):  # seat 0 leaves (action 2), every other seat plays 0
+        action = torch.where(obs[keys.SEAT] == 0, 2, 0)
+        value = torch.full(obs.batch_size, 0.5)
+        return TensorDict({keys.ACTION: action, keys.VALUE: value, keys.LOGPROB: torch.zeros(obs.batch_size)},
+                          batch_size=obs.batch_size)  # fmt: skip
+
+    return env, collector.rollout(policy, 4, 0)
+
+
+def test_a_seat_eliminated_before_the_game_is_cut_ends_terminated() -> None:
+    env, batch = eliminated_then_cut()
+    ticks = batch[3:]
+    assert ticks[keys.SEAT][:, 0].tolist() == [0, 1, 2, 1]
+    assert ticks[keys.TRUNCATED][3].all()
+    assert ticks[keys.SEAT_TRUNCATED][3].tolist() == [[False, True, True]] * 2  # seat 0 had left: terminated
+
+
+def test_an_eliminated_seat_bootstraps_from_zero_when_the_game_is_later_cut() -> None:
+    """Bug: the game's ``truncated`` applied to every seat, so seat 0, out of the game since its first move, got
+    ``truncated`` and the value of its final view; it was terminated (bootstrap 0). The seats still playing when
+    the game was cut bootstrap from their own final views."""
+    from rl_lightning.algos import PPO
+    from rl_lightning.algos.selfplay_targets import selfplay_targets
+
+    env, batch = eliminated_then_cut()
+    module = PPO(env_spec=env.spec, hidden_sizes=(8,))
+    with torch.no_grad():
+        batch = selfplay_targets(module, batch)
+        final = module.critic(module._critic_features(TensorDictOf(batch[keys.FINAL_OBS][3 + 3])))
+    ticks = batch[3:]
+    assert ticks[keys.NEXT_VALUE][0].tolist() == [0.0, 0.0]  # seat 0's only decision: terminated
+    assert torch.allclose(ticks[keys.NEXT_VALUE][2], final[:, 2])  # seat 2's last decision: cut, V(its final view)
+    assert torch.allclose(ticks[keys.NEXT_VALUE][3], final[:, 1])  # seat 1's last decision
+    assert bool(final.abs().min() > 0)
+
+
+def TensorDictOf(obs: torch.Tensor):  # noqa: N802 - reads like the constructor it wraps
+    from tensordict import TensorDict
+
+    return TensorDict({keys.OBS: obs.reshape(-1, *obs.shape[2:])}, [obs.shape[0] * obs.shape[1]]).reshape(obs.shape[:2])
+
+
+def test_seat_credit_ends_each_seat_as_it_left_the_game() -> None:
+    from rl_lightning.objectives.seat_credit import seat_credit
+
+    _, batch = eliminated_then_cut()
+    ticks = batch[3:]
+    final_value = torch.full((4, 2, 3), 2.0)
+    credit = seat_credit(ticks[keys.SEAT], ticks[keys.REWARD], ticks[keys.TERMINATED], ticks[keys.TRUNCATED],
+                         ticks[keys.VALUE], final_value, ticks[keys.SEAT_TRUNCATED])  # fmt: skip
+    assert credit.terminated[:, 0].tolist() == [True, False, False, False]  # seat 0 left the game
+    assert credit.truncated[:, 0].tolist() == [False, False, True, True]  # seats 2 and 1 were cut while playing
+    assert credit.next_value[:, 0].tolist() == [0.0, 0.5, 2.0, 2.0]  # seat 1's first decision: its next one's value
+    assert credit.reward[:, 0].tolist() == [-1.0, 0.0, 0.0, 0.0]

@@ -24,6 +24,7 @@ def selfplay_targets(module: Any, batch: TensorDict) -> TensorDict:
         batch[keys.TRUNCATED],
         batch[keys.VALUE],
         final_seat_values(module, batch),
+        batch.get(keys.SEAT_TRUNCATED, None),  # an eliminated seat of a truncated game bootstraps from 0
     )
     advantage, value_target = seat_gae(credit, batch[keys.VALUE], module.hparams.gamma, module.hparams.gae_lambda)
     batch[keys.NEXT_VALUE] = credit.next_value

@@ -151,8 +151,21 @@ class Evaluation(Callback):
         if pl_module.updates > 0 and self.last_updates != pl_module.updates:
             self.evaluate(trainer, pl_module, on_step=False)
 
+    def check_datamodule(self, datamodule: Any) -> None:
+        """Refuse, in one line, an env these single-agent episodes cannot play (a multi-seat game). The CLI calls
+        this before the trainer starts; ``setup`` again, for runs built in Python."""
+        env = self.env if self.env is not None else getattr(datamodule, "env", None)
+        seats = getattr(getattr(env, "spec", None), "num_seats", 1)
+        if seats > 1:
+            raise ConfigError(
+                f"trainer.callbacks: Evaluation plays single-agent episodes, but {env.spec.name!r} has {seats} seats; "
+                "evaluate a game with rl_lightning.callbacks.GameEvaluation instead (e.g. --config "
+                "callbacks/game_eval.yaml, or init_args: {opponents: [random]})"
+            )
+
     @override
     def setup(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
+        self.check_datamodule(trainer.datamodule)
         self._resolved_deterministic = self._deterministic(pl_module)
         if self.compile:
             require_compiled_evaluation(pl_module, self.env or trainer.datamodule.env, self._deterministic(pl_module))

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
@@ -84,6 +85,7 @@ class GameEvaluation(Callback):
         self.eval_seconds = 0.0
         self.history: list[dict[str, float]] = []
         self._built_env: TorchEnv | None = None
+        self._resolved_deterministic: bool | None = None  # ``deterministic`` as played (saved for ``load_policy``)
 
     @property
     @override
@@ -94,16 +96,34 @@ class GameEvaluation(Callback):
         """Cadence predicate: overridable, identical on every rank (counters are global)."""
         return self.cadence.due(pl_module)
 
-    @override
-    def setup(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
-        env = self.game_env(trainer)
+    def check_datamodule(self, datamodule: Any) -> None:
+        """Refuse, in one line, game settings or opponents that cannot play the datamodule's game (a bot written for
+        another game fails its probe: ``check_bot_fits``). The CLI calls this before the trainer starts."""
+        env = self.env if self.env is not None else datamodule.env
+        if env.spec.num_seats < 2:
+            raise ConfigError(f"trainer.callbacks: GameEvaluation plays matches of multi-seat games, but "
+                              f"{env.spec.name!r} has one seat; evaluate it with rl_lightning.callbacks.Evaluation "
+                              "(--config callbacks/eval.yaml)")  # fmt: skip
+        self._check_seats(env)
+        league = getattr(getattr(datamodule, "selfplay", None), "league", None)
+        opponents = [spec for spec in self.opponents if not spec.endswith(".ckpt")]  # loaded (and checked) at setup
+        panels.resolve_panel(opponents, env, league, self.deterministic, torch.device("cpu"))
+
+    def _check_seats(self, env: TorchEnv) -> None:
         seats = env.spec.num_seats
-        self._panel(trainer, env, pl_module)  # an opponent that cannot play fails now, before any training
         for name, games in (("num_games", self.num_games), ("rating_games", self.rating_games or 0)):
             if games % seats:
                 fit = (games // seats + 1) * seats
                 raise ConfigError(f"GameEvaluation: {name}={games} is not a multiple of the game's {seats} seats, "
                                   f"so the policy could not sit in each seat equally; use {fit}")  # fmt: skip
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
+        env = self.game_env(trainer)
+        self._panel(trainer, env, pl_module)  # an opponent that cannot play fails now, before any training
+        self._check_seats(env)
+        self._resolved_deterministic = pl_module.eval_deterministic if self.deterministic is None else \
+            self.deterministic  # fmt: skip
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
@@ -171,7 +191,8 @@ class GameEvaluation(Callback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"last_updates": self.last_updates, "cadence": self.cadence.state_dict()}
+        return {"last_updates": self.last_updates, "cadence": self.cadence.state_dict(),
+                "deterministic": self._resolved_deterministic}  # read by ``load_policy``  # fmt: skip
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -60,7 +60,8 @@ class OnPolicyDataModule(pl.LightningDataModule):
             (CartPole, Pendulum, Catch) and PPO with Discrete or Box actions; anything else is refused at setup. The
             first rollout compiles (seconds; inductor's disk cache shortens it in later processes). On CPU it pays
             most with few envs, where per-op overhead dominates (benchmarks/README.md has the figures).
-        seats: multi-seat games: who plays each seat, ``{seat: kind}`` with kind ``self`` (the learning policy; the
+        seats: multi-seat games: who plays each seat, ``{seat: kind}`` (a seat number, or the env's agent name:
+            PettingZoo ``{player_1: random}``) with kind ``self`` (the learning policy; the
             default for unlisted seats), ``league``, ``random``, a bot class path or a ``.ckpt`` file
             (``rl_lightning/data/league.py``). Only the learning seats' decisions train.
         league: multi-seat games: ``{size: K, snapshot_every_n_updates: N, share: p}``, a pool of the last ``K``
@@ -81,7 +82,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         eval_seed: int | None = None,
         check_finite: bool = True,
         compile: bool = False,
-        seats: dict[int, str] | None = None,
+        seats: dict[int | str, str] | None = None,
         league: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
@@ -99,7 +100,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self.compile = compile
         self.eval_episodes = eval_episodes
         self.eval_seed = eval_seed
-        self.selfplay = make_selfplay(env.spec, seats, league)  # multi-seat games only (DESIGN.md §10)
+        self.selfplay = make_selfplay(env, seats, league)  # multi-seat games only (DESIGN.md §10)
         self.world_size = 1
         self.local_env_steps = 0
         self.collector: Collector | None = None

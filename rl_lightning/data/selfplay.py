@@ -27,13 +27,14 @@ from rl_lightning.data.episode_stats import FinishedEpisodes
 from rl_lightning.data.league import LEAGUE, League, SeatPlayers, parse_seats
 from rl_lightning.envs.base import BatchedEnv
 from rl_lightning.envs.games.bots import check_engine_players, needs_engine_state
+from rl_lightning.envs.games.bots.probe import check_bot_fits
 from rl_lightning.errors import ConfigError
 from rl_lightning.objectives.seat_credit import open_tails
 
 LEARNER = "learner"  # bool: the acting seat is the learning policy (only these rows train)
 CARRIED = "carried"  # bool: an open decision carried over from the previous rollout
 PLAYER = "player"  # int64: the id of the player who acted (0: the learning policy)
-_STEP_KEYS = (keys.REWARD, keys.TERMINATED, keys.TRUNCATED, keys.FINAL_OBS)
+_STEP_KEYS = (keys.REWARD, keys.TERMINATED, keys.TRUNCATED, keys.FINAL_OBS, keys.SEAT_TRUNCATED)
 
 
 class SelfPlayCollector(CollectorBase):
@@ -151,8 +152,7 @@ class SelfPlayCollector(CollectorBase):
         carry = ticks[template].clone()  # shaped like a tick; marked as not learning, so it never trains
         carry[keys.SEAT] = torch.arange(self.num_seats, device=self.env.device).unsqueeze(1).expand_as(carry[keys.SEAT])
         carry[keys.REWARD].zero_()
-        carry[keys.TERMINATED].zero_()
-        carry[keys.TRUNCATED].zero_()
+        _clear_ends(carry)
         carry[LEARNER].zero_()
         carry[CARRIED].fill_(True)
         return carry
@@ -168,8 +168,7 @@ class SelfPlayCollector(CollectorBase):
         carry[keys.SEAT] = torch.arange(seats, device=row.device).unsqueeze(1).expand(seats, self.num_envs)
         eye = torch.eye(seats, dtype=partial.dtype, device=partial.device).unsqueeze(1)  # [S, 1, S]
         carry[keys.REWARD] = (partial.T * has).unsqueeze(-1) * eye
-        carry[keys.TERMINATED].zero_()
-        carry[keys.TRUNCATED].zero_()
+        _clear_ends(carry)
         carry[LEARNER] = has
         carry[CARRIED].fill_(True)
         return carry
@@ -209,14 +208,22 @@ class SelfPlayCollector(CollectorBase):
 class SelfPlay:
     """What ``OnPolicyDataModule`` adds for a multi-seat game: the seat map, the league and their checkpointing.
 
-    Built at the datamodule's construction, so a bad seat map or a bot that does not import fails before any work.
+    Built at the datamodule's construction, so a bad seat map, a bot that does not import or one that does not fit
+    the game (``check_bot_fits``: one call on the game's first observations) fails before any work. Seats are
+    numbers, or the env's agent names where it has them (PettingZoo: ``{player_1: random}``).
     """
 
-    def __init__(self, spec: Any, seats: dict[Any, Any] | None, league: dict[str, Any] | None) -> None:
-        specs = parse_seats(seats, spec.num_seats, repr(spec.name))
+    def __init__(self, env: Any, seats: dict[Any, Any] | None, league: dict[str, Any] | None) -> None:
+        spec = env.spec
+        specs = parse_seats(seat_numbers(seats, env), spec.num_seats, repr(spec.name))
         wants_league = league is not None or LEAGUE in specs
         self.league = League(**(league or {})) if wants_league else None
         self.players = SeatPlayers(specs, self.league, torch.device("cpu"))
+        for name, player in self.players.fixed_ids.items():
+            actor = self.players.actors.get(player)
+            if getattr(actor, "bot", None) is not None:
+                field = f"data.seats[{specs.index(name)}]={name!r}" if name in specs else f"data.league.bots: {name!r}"
+                check_bot_fits(env, actor.bot, field)
 
     def collector(self, env: BatchedEnv, seed: int, module: Any) -> SelfPlayCollector:
         """The collector of ``env``; league draws are seeded from ``seed`` (each rank its own stream)."""
@@ -242,16 +249,44 @@ class SelfPlay:
             self.league.load_state_dict(state, module)
 
 
-def make_selfplay(spec: Any, seats: dict[Any, Any] | None, league: dict[str, Any] | None) -> SelfPlay | None:
-    """``SelfPlay`` for a multi-seat env; ``None`` for a single-agent one (where a seat map is refused)."""
+def make_selfplay(env: Any, seats: dict[Any, Any] | None, league: dict[str, Any] | None) -> SelfPlay | None:
+    """``SelfPlay`` for a multi-seat env (the core ``TorchEnv``); ``None`` for a single-agent one (where a seat map
+    is refused)."""
+    spec = env.spec
     if spec.num_seats > 1:
-        return SelfPlay(spec, seats, league)
+        return SelfPlay(env, seats, league)
     for name, value in (("seats", seats), ("league", league)):
         if value is not None:
             raise ConfigError(
                 f"data.{name}={value!r} applies to multi-seat games, but {spec.name!r} has one seat; remove it"
             )
     return None
+
+
+def seat_numbers(seats: dict[Any, Any] | None, env: Any) -> dict[Any, Any] | None:
+    """``seats`` with the env's agent names (``PettingZooEnv.agents``: ``player_1``) replaced by their seat numbers;
+    an unknown name is refused in one line listing the names."""
+    names = list(getattr(env, "agents", None) or [])
+    if not seats or not names:
+        return seats
+    out = {}
+    for key, value in seats.items():
+        if isinstance(key, str) and not key.strip().lstrip("-").isdigit():
+            if key not in names:
+                raise ConfigError(f"data.seats names seat {key!r}, but {env.spec.name!r} has seats 0..{len(names) - 1} "
+                                  f"named {names}; key the seat map by those numbers or names")  # fmt: skip
+            key = names.index(key)
+        if key in out or str(key) in map(str, out):
+            raise ConfigError(f"data.seats names seat {key} twice (by number and by agent name); name it once")
+        out[key] = value
+    return out
+
+
+def _clear_ends(carry: TensorDict) -> None:
+    """A carried row ends no game: its end flags are cleared (the game's end, if any, lies in the next rollout)."""
+    for key in (keys.TERMINATED, keys.TRUNCATED, keys.SEAT_TRUNCATED):
+        if key in carry:
+            carry[key].zero_()
 
 
 def _empty_like_rows(value: Any, rows: int) -> Any:

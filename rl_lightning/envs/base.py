@@ -34,6 +34,12 @@ class ObsLeaf:
     dtype: torch.dtype = torch.float32
     classes: int = 0
 
+    def __getstate__(self) -> dict[str, Any]:
+        return dtypes_as_names(self.__dict__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        restore_dtypes(self, state)
+
 
 #: The action space kinds an ``EnvSpec`` can describe (``EnvSpec.action_kind``).
 ACTION_KINDS = ("discrete", "box", "multi_discrete", "multi_binary")
@@ -82,6 +88,15 @@ class EnvSpec:
     num_seats: int = 1
     perfect_information: bool = True
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The fields with dtypes as names (``"int8"``): a hyper-parameter YAML writer (``hparams.yaml``) and pickle
+        both read this state, and PyYAML cannot write a ``torch.dtype`` (the module's ``env_spec`` is saved)."""
+        return dtypes_as_names(self.__dict__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore the fields; dtype names become ``torch.dtype`` again (older checkpoints hold the dtype itself)."""
+        restore_dtypes(self, state)
+
     @property
     def action_kind(self) -> str:
         """``discrete``, ``box``, ``multi_discrete`` or ``multi_binary``."""
@@ -96,6 +111,20 @@ class EnvSpec:
         if self.obs_keys:
             return list(self.obs_keys)
         return [((), ObsLeaf(tuple(self.obs_shape), self.obs_dtype, self.obs_classes))]
+
+
+def dtypes_as_names(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` with every ``torch.dtype`` written as its name (``torch.int8`` -> ``"int8"``)."""
+    return {key: str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
+            for key, value in fields.items()}  # fmt: skip
+
+
+def restore_dtypes(obj: Any, state: dict[str, Any]) -> None:
+    """Set a frozen dataclass's fields from ``state``, turning the ``dtype``-valued ones back into ``torch.dtype``."""
+    for key, value in state.items():
+        if key in ("dtype", "obs_dtype") and isinstance(value, str):
+            value = getattr(torch, value)
+        object.__setattr__(obj, key, value)
 
 
 def require_action_kind(spec: EnvSpec, algorithm: str, supported: tuple[str, ...]) -> None:

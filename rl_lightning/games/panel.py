@@ -22,6 +22,7 @@ import torch
 from rl_lightning.algos import FAMILIES
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.envs.games.bots import load_bot
+from rl_lightning.envs.games.bots.probe import check_bot_fits
 from rl_lightning.errors import ConfigError
 from rl_lightning.games.match import Bot, MatchResult, PolicyBot, check_engine_players, play_match
 from rl_lightning.games.rating import fit_elo
@@ -101,6 +102,7 @@ def resolve_panel(
                 raise ConfigError(f"{owner}: opponents lists 'heuristic' but {env.spec.name} has no bundled "
                                   f"heuristic (games with one: {sorted(HEURISTICS)}); name a bot class instead")
             players.append(Player(HEURISTIC, _import_bot(HEURISTICS[game_key(env.spec.name)], owner)))
+            check_bot_fits(env, players[-1].bot, f"{owner}: opponents entry {spec!r}")
         elif spec == LEAGUE:
             if league is None:
                 raise ConfigError(f"{owner}: opponents lists 'league' but the run has no league; set data.league "
@@ -111,6 +113,7 @@ def resolve_panel(
             players.append(Player(_name(Path(spec).stem), PolicyBot(_load_module(spec, device), deterministic)))
         else:
             players.append(Player(_name(re.split(r"[.:]", spec)[-1]), _import_bot(spec, owner)))
+            check_bot_fits(env, players[-1].bot, f"{owner}: opponents entry {spec!r}")
     check_engine_players(env, [p.bot for p in players], owner)  # a search bot refuses an env it cannot search
     names = [POLICY] + [p.name for p in players]
     if len(set(names)) < len(names):

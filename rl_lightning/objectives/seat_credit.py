@@ -4,8 +4,9 @@ A ``[T, B]`` self-play rollout interleaves the decisions of several seats in eac
 own decisions form its trajectory: a decision of seat ``s`` at tick ``t`` is credited with everything seat ``s``
 receives from tick ``t`` (inclusive) until its next decision in the same game (exclusive) or the game's end; it
 bootstraps from seat ``s``'s value at that next decision, from 0 when the game terminated first, and from
-``V(final_obs[t_end, b, s])`` (the seat's own view of the last state) when the game was truncated first. The γ of
-GAE applies per decision of the seat, not per tick.
+``V(final_obs[t_end, b, s])`` (the seat's own view of the last state) when the game was truncated first. A seat that
+left the game before it was truncated (eliminated: ``seat_truncated`` False for it) was terminated: bootstrap 0.
+The γ of GAE applies per decision of the seat, not per tick.
 
 The open tail: a decision whose seat neither decides again nor sees its game end before the rollout ends is
 ``open``. Its outcome lies in the next rollout, so it is not trained now: the collector carries it (its row, and
@@ -49,6 +50,7 @@ def seat_credit(
     truncated: torch.Tensor,
     value: torch.Tensor,
     final_value: torch.Tensor | None = None,
+    seat_truncated: torch.Tensor | None = None,
 ) -> SeatCredit:
     """Credit every decision of a ``[T, B]`` turn-based rollout to its own seat's trajectory.
 
@@ -63,6 +65,8 @@ def seat_credit(
         value: ``[T, B]``, the acting seat's value of its own observation.
         final_value: ``[T, B, S]``, each seat's value of its own view of the last state; read only where
             ``truncated`` (``None`` when the env never truncates).
+        seat_truncated: bool ``[T, B, S]``, on ticks where a game ended: the seats still playing when it was cut
+            (the others were terminated); ``None``: every seat ends as its game does.
     """
     steps, batch, seats = reward.shape
     dtype = value.dtype
@@ -79,10 +83,15 @@ def seat_credit(
     out = [torch.empty(steps, batch, dtype=t.dtype, device=t.device) for t in (acc, boot, term, trunc, nxt, is_open)]
     for t in range(steps - 1, -1, -1):
         ended = (terminated[t] | truncated[t]).unsqueeze(-1)  # the game ends after this tick: a fresh chain
+        if seat_truncated is None:
+            cut, final = truncated[t].unsqueeze(-1), terminated[t].unsqueeze(-1)
+        else:  # per seat: cut while playing, or out of the game (terminated) before the cut
+            cut = seat_truncated[t] & ended
+            final = ended & ~cut
         acc = acc.masked_fill(ended, 0.0) + reward[t]
-        boot = torch.where(ended, torch.where(truncated[t].unsqueeze(-1), final_value[t].to(dtype), 0.0), boot)
-        term = torch.where(ended, terminated[t].unsqueeze(-1), term)
-        trunc = torch.where(ended, truncated[t].unsqueeze(-1), trunc)
+        boot = torch.where(ended, torch.where(cut, final_value[t].to(dtype), 0.0), boot)
+        term = torch.where(ended, final, term)
+        trunc = torch.where(ended, cut, trunc)
         nxt = nxt.masked_fill(ended, -1)
         is_open = is_open & ~ended
         here = acting[t]

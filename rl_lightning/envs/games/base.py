@@ -10,7 +10,9 @@ become torch tensors once per tick. The outputs are the multi-seat contract of D
 ``action_mask`` and ``seat`` of the seat to act next, ``is_first``, ``reward`` ``[B, S]``, ``terminated`` and
 ``truncated`` per game, ``game_score`` ``[B, S]`` (each seat's result of a game that ended on this tick, as its
 players count it; zero on other rows) and, where the env can truncate, ``final_obs`` ``[B, S, *obs]`` (every
-seat's own view of the last state of a game that ended on this tick; zero on other rows). A finished game is
+seat's own view of the last state of a game that ended on this tick; zero on other rows) with ``seat_truncated``
+``[B, S]`` (which seats of a game that ended were cut while still playing: a seat eliminated earlier in a truncated
+game was terminated, and bootstraps from 0). A finished game is
 replaced by a new one in the same tick (same-step autoreset).
 """
 
@@ -57,6 +59,7 @@ class TickBuffers:
     truncated: np.ndarray | None = None  # [B] bool
     score: np.ndarray | None = None  # [B, S] float32, on rows whose game ended
     final_obs: np.ndarray | None = None  # [B, S, *obs], on rows whose game ended
+    seat_truncated: np.ndarray | None = None  # [B, S] bool, on rows whose game ended: the seat was cut while in it
     #: Each row's legal actions, in row order, where a backend lists them instead of writing ``mask`` rows (one
     #: scatter per tick costs less than a numpy fancy assignment per row).
     legal: list[list[int]] = field(default_factory=list)
@@ -79,6 +82,7 @@ class TickBuffers:
             buffers.score = np.zeros((batch, seats), dtype=np.float32)
             if env.emits_final_obs:
                 buffers.final_obs = np.zeros((batch, seats, *spec.obs_shape), dtype=env.obs_numpy_dtype)
+                buffers.seat_truncated = np.zeros((batch, seats), dtype=bool)
         return buffers
 
     def tensordict(self, batch_size: torch.Size, device: torch.device | None) -> TensorDict:
@@ -93,6 +97,7 @@ class TickBuffers:
                           GAME_SCORE: self.score})  # fmt: skip
         if self.final_obs is not None:
             named[keys.FINAL_OBS] = self.final_obs
+            named[keys.SEAT_TRUNCATED] = self.seat_truncated
         out = TensorDict({key: torch.from_numpy(value) for key, value in named.items()}, batch_size=batch_size)
         return out if device is None or device.type == "cpu" else out.to(device)
 
@@ -147,6 +152,11 @@ class TurnBasedGameEnv(TorchEnv):
     @abstractmethod
     def _write_final_obs(self, row: GameRow, final_obs: np.ndarray) -> None:
         """Write every seat's view of the game's last state into ``final_obs`` ``[S, *obs]``."""
+
+    def _write_seat_truncated(self, row: GameRow, truncated: bool, out: np.ndarray) -> None:
+        """Write, for a game that just ended, which seats were cut while still in it into ``out`` ``[S]`` (default:
+        every seat when the game was truncated; a backend whose seats leave a game early overrides this)."""
+        out[:] = truncated
 
     @abstractmethod
     def _restart(self, row: GameRow) -> None:
@@ -252,6 +262,7 @@ class TurnBasedGameEnv(TorchEnv):
             self._write_score(row, buffers.score[index])
             if buffers.final_obs is not None:
                 self._write_final_obs(row, buffers.final_obs[index])
+                self._write_seat_truncated(row, ended == "truncated", buffers.seat_truncated[index])
             self._restart(row)
             row.steps = 0
         self._write_view(row, index, buffers)

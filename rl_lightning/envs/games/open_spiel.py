@@ -7,8 +7,10 @@ fully determines its future, new games included, like ``GymnasiumEnv``'s env cop
 
 Observation: the acting seat's ``observation_tensor`` where the game provides one, else its
 ``information_state_tensor`` (Hearts has only the latter; ``observation: info_state`` picks it where both exist),
-read through OpenSpiel's observer API into a preallocated buffer (no Python lists). ``reward`` ``[B, S]`` is what
-``state.rewards()`` pays on each tick; games with a terminal reward model (Hearts, Connect Four, poker) pay
+read through OpenSpiel's observer API into a preallocated buffer (no Python lists). ``reward`` ``[B, S]`` is the
+change of ``state.returns()`` over the tick's move and the chance nodes after it (games paying during play: Hanabi,
+2048), so a game's credited rewards sum to its ``returns()`` (``state.rewards()`` after a chance node still reports
+the move before it, and would pay it twice); games with a terminal reward model (Hearts, Connect Four, poker) pay
 ``state.returns()`` on the tick the game ends, whichever seat moved. ``game_score`` ``[B, S]`` on rows whose game
 ended is the result as the game's players count it: Hearts ``state.points(seat)`` (points taken in the hand, after
 the moon rule; lower is better; ``returns() = 26 - points``), every other game its ``returns()``.
@@ -150,12 +152,15 @@ def _chance_lists_disagree(game: Any) -> bool:
 
 
 class _Row(GameRow):
-    __slots__ = ("rng", "state")
+    __slots__ = ("paid", "rng", "state")
 
-    def __init__(self, state: Any, rng: random.Random, steps: int = 0) -> None:
+    def __init__(self, state: Any, rng: random.Random, steps: int = 0, paid: np.ndarray | None = None) -> None:
         self.state = state
         self.rng = rng
         self.steps = steps
+        #: ``state.returns()`` already credited (games paying during play); 0 at a game's start, so what its first
+        #: chance nodes pay is credited with the first move.
+        self.paid = np.zeros(state.num_players()) if paid is None else paid
 
 
 class OpenSpielEnv(TurnBasedGameEnv):
@@ -234,19 +239,20 @@ class OpenSpielEnv(TurnBasedGameEnv):
     # ---- rows ----------------------------------------------------------------------------------------------------
     def _new_row(self, seed: int) -> _Row:
         row = _Row(self.game.new_initial_state(), random.Random(seed))
-        self._resolve_chance(row, None)
+        self._resolve_chance(row)
         return row
 
     def _copy_row(self, row: _Row) -> _Row:
         rng = random.Random()
         rng.setstate(row.rng.getstate())
-        return _Row(row.state.clone(), rng, row.steps)
+        return _Row(row.state.clone(), rng, row.steps, row.paid.copy())
 
     def _restart(self, row: _Row) -> None:
         row.state = self.game.new_initial_state()
-        self._resolve_chance(row, None)
+        row.paid[:] = 0.0
+        self._resolve_chance(row)
 
-    def _resolve_chance(self, row: _Row, reward: np.ndarray | None) -> None:
+    def _resolve_chance(self, row: _Row) -> None:
         """Play chance nodes from the row's RNG until a seat must act (or the game ends)."""
         state = row.state
         while state.is_chance_node():
@@ -254,16 +260,16 @@ class OpenSpielEnv(TurnBasedGameEnv):
             if self._check_chance:
                 outcomes = _restrict(outcomes, state.legal_actions())
             state.apply_action(sample_chance(outcomes, row.rng.random()))
-            if self._dense and reward is not None:
-                reward += state.rewards()
 
     def _apply(self, row: _Row, action: int, reward: np.ndarray) -> str | None:
         state = row.state
         state.apply_action(action)
-        if self._dense:
-            reward += state.rewards()
         if state.is_chance_node():
-            self._resolve_chance(row, reward)
+            self._resolve_chance(row)
+        if self._dense:  # what the move and its chance nodes paid: the change of returns() (module docstring)
+            now = np.asarray(state.returns())
+            reward += now - row.paid
+            row.paid = now
         if state.is_terminal():
             if not self._dense:
                 reward += state.returns()

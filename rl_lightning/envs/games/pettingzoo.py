@@ -5,10 +5,14 @@ Seats are the env's ``possible_agents`` in order. Each row holds one AEC env. Pe
 credited to its seat (an agent is often paid while another acts), then agents that are done and selected are
 stepped with ``None`` (the AEC protocol for dead agents) until a live agent must act or none is left. The game ends
 when no agent is left: ``truncated`` if the agents that ended it were truncated, else ``terminated``.
-``game_score`` is each seat's sum of rewards over the game.
+``game_score`` is each seat's sum of rewards over the game. A seat that leaves the game early (eliminated:
+terminated while others play on) stays terminated if the game is later truncated: ``seat_truncated`` marks only
+the seats that were still playing when the game was cut.
 
-Observation: ``obs["observation"]`` with ``obs["action_mask"]`` as the legal-action mask (PettingZoo's classic
-games), or a plain array observation where every action is always legal. A Parallel env is played through
+Observation: ``obs["observation"]`` (or a plain array observation). The legal-action mask is read where PettingZoo
+envs put it: ``obs["action_mask"]`` (the classic games) or ``infos[agent]["action_mask"]`` (common in Parallel
+envs). An env with neither is refused at start-up unless ``all_actions_legal=True`` declares every action always
+legal. A Parallel env is played through
 PettingZoo's own ``parallel_to_aec``: the seats choose one after another but the env steps jointly once every live
 seat has chosen, so no seat sees another's choice of the same step. PettingZoo envs cannot snapshot (no search).
 """
@@ -94,8 +98,9 @@ def _describe(space: Any) -> str:
     return f"{type(space).__name__}{getattr(space, 'shape', '')}"
 
 
-def check_spaces(env: Any, env_id: str) -> tuple[tuple[int, ...], np.dtype, int, bool]:
-    """``(obs_shape, obs_dtype, num_actions, masked)`` shared by every agent; one-line refusals otherwise."""
+def check_spaces(env: Any, env_id: str) -> tuple[tuple[int, ...], np.dtype, int, bool, bool]:
+    """``(obs_shape, obs_dtype, num_actions, observation is a dict, mask in the observation)`` shared by every agent;
+    one-line refusals otherwise."""
     from gymnasium import spaces
 
     agents = list(env.possible_agents)
@@ -110,17 +115,18 @@ def check_spaces(env: Any, env_id: str) -> tuple[tuple[int, ...], np.dtype, int,
         raise ConfigError(f"env_id={env_id!r}: the agents' action spaces differ ({found}); one shared policy needs "
                           "one action space: pad them to the largest n and mask the extra actions")  # fmt: skip
     views = {agent: _observation_space(env.observation_space(agent), agent, env_id) for agent in agents}
-    if len({(box.shape, box.dtype, masked) for box, masked in views.values()}) > 1:
-        found = ", ".join(f"{agent}: {box.shape} {box.dtype}" for agent, (box, _) in views.items())
+    if len({(box.shape, box.dtype, is_dict, masked) for box, is_dict, masked in views.values()}) > 1:
+        found = ", ".join(f"{agent}: {box.shape} {box.dtype}" for agent, (box, _, _) in views.items())
         raise ConfigError(f"env_id={env_id!r}: the agents' observations differ ({found}); one shared policy needs "
                           "one observation shape and dtype: pad them, or wrap the env so every agent sees the same "
                           "layout")  # fmt: skip
-    box, masked = views[agents[0]]
-    return tuple(box.shape), np.dtype(box.dtype), int(actions[agents[0]].n), masked
+    box, is_dict, masked = views[agents[0]]
+    return tuple(box.shape), np.dtype(box.dtype), int(actions[agents[0]].n), is_dict, masked
 
 
-def _observation_space(space: Any, agent: str, env_id: str) -> tuple[Any, bool]:
-    """``(the Box a network reads, whether an action_mask comes with it)`` for one agent's observation space."""
+def _observation_space(space: Any, agent: str, env_id: str) -> tuple[Any, bool, bool]:
+    """``(the Box a network reads, whether it comes in a dict, whether an action_mask comes with it)`` for one
+    agent's observation space."""
     from gymnasium import spaces
 
     if isinstance(space, spaces.Dict):
@@ -128,20 +134,34 @@ def _observation_space(space: Any, agent: str, env_id: str) -> tuple[Any, bool]:
             raise ConfigError(f"env_id={env_id!r}: agent {agent!r} observes a Dict without an 'observation' key "
                               f"(keys {sorted(space.spaces)}); PettingZooEnv reads obs['observation'] and "
                               "obs['action_mask']")  # fmt: skip
-        if "action_mask" not in space.spaces:
-            raise ConfigError(f"env_id={env_id!r}: agent {agent!r}'s observation dict has no 'action_mask', so "
-                              "illegal moves cannot be masked; add an action_mask (a 0/1 array over the actions) to "
-                              "the observation dict")  # fmt: skip
+        is_dict, masked = True, "action_mask" in space.spaces
         space = space.spaces["observation"]
-        masked = True
     else:
-        masked = False
+        is_dict, masked = False, False
     if not isinstance(space, spaces.Box):
         raise ConfigError(
             f"env_id={env_id!r}: agent {agent!r} observes {_describe(space)}; PettingZooEnv reads array "
             "observations (a Box, or a Dict of a Box 'observation' and an 'action_mask')"
         )
-    return space, masked
+    return space, is_dict, masked
+
+
+#: Where an env's legal-action mask is read (``PettingZooEnv.mask_source``).
+MASK_IN_OBS, MASK_IN_INFOS, NO_MASK = "observation", "infos", "none"
+
+
+def mask_source(env: Any, env_id: str, in_obs: bool, all_actions_legal: bool) -> str:
+    """Where the mask of a freshly reset ``env`` lives; one-line refusal of an env without one unless declared."""
+    if in_obs:
+        return MASK_IN_OBS
+    agent = env.agent_selection
+    if "action_mask" in (env.infos.get(agent) or {}):
+        return MASK_IN_INFOS
+    if all_actions_legal:
+        return NO_MASK
+    raise ConfigError(f"env_id={env_id!r}: agent {agent!r} has no action mask (neither obs['action_mask'] nor "
+                      "infos[agent]['action_mask']), so illegal moves cannot be masked; add one, or declare that every "
+                      "action is always legal with all_actions_legal: true")  # fmt: skip
 
 
 def innermost(env: Any) -> Any:
@@ -154,14 +174,18 @@ def innermost(env: Any) -> Any:
 
 
 class _Row(GameRow):
-    __slots__ = ("env", "raw", "rng", "score")
+    __slots__ = ("env", "left", "raw", "rng", "score")
 
     def __init__(self, env: Any, rng: random.Random, seats: int) -> None:
         self.env = env  # stepped, reset and observed through its wrappers
         self.raw = innermost(env)  # read directly: wrappers forward these attributes, each through __getattr__
         self.rng = rng
         self.score = np.zeros(seats, dtype=np.float32)
+        self.left = np.zeros(seats, dtype=np.int8)  # per seat: 0 playing, else how it left the game (_LEFT)
         self.steps = 0
+
+
+_TERMINATED, _TRUNCATED = 1, 2  # ``_Row.left`` codes
 
 
 class PettingZooEnv(TurnBasedGameEnv):
@@ -175,6 +199,8 @@ class PettingZooEnv(TurnBasedGameEnv):
         max_episode_steps: truncate a game after this many decisions (0: only the env's own end).
         perfect_information: declare that every seat sees the whole state (PettingZoo does not say; False keeps
             search-based algorithms off).
+        all_actions_legal: declare that every action is legal for every agent at every turn: an env whose
+            observation and infos carry no ``action_mask`` is refused without it.
     """
 
     can_snapshot = False  # a live Python env object per row; no general copy
@@ -185,6 +211,7 @@ class PettingZooEnv(TurnBasedGameEnv):
         env_kwargs: dict[str, Any] | None = None,
         max_episode_steps: int = 0,
         perfect_information: bool = False,
+        all_actions_legal: bool = False,
     ) -> None:
         super().__init__()
         if max_episode_steps < 0:
@@ -203,7 +230,8 @@ class PettingZooEnv(TurnBasedGameEnv):
                               f"failed ({one_line(err)})") from None  # fmt: skip
         self.agents = list(prototype.possible_agents)
         self._seat_of = {agent: seat for seat, agent in enumerate(self.agents)}
-        obs_shape, obs_dtype, num_actions, self._masked = check_spaces(prototype, env_id)
+        obs_shape, obs_dtype, num_actions, self._obs_dict, in_obs = check_spaces(prototype, env_id)
+        self.mask_source = mask_source(innermost(prototype), env_id, in_obs, all_actions_legal)
         prototype.close()
         self.obs_numpy_dtype = np.dtype(np.float32) if obs_dtype == np.float64 else obs_dtype
         self.max_episode_steps = max_episode_steps
@@ -235,6 +263,7 @@ class PettingZooEnv(TurnBasedGameEnv):
     def _restart(self, row: _Row) -> None:
         row.env.reset(seed=row.rng.randrange(2**31))
         row.score[:] = 0
+        row.left[:] = 0
         self._skip_dead(row, None)
 
     def _credit(self, row: _Row, reward: np.ndarray | None) -> None:
@@ -255,6 +284,7 @@ class PettingZooEnv(TurnBasedGameEnv):
             if not (terminated or truncated):
                 break
             cut = cut or (truncated and not terminated)
+            row.left[self._seat_of[agent]] = _TRUNCATED if truncated and not terminated else _TERMINATED
             row.env.step(None)
             self._credit(row, reward)
         return cut
@@ -271,18 +301,35 @@ class PettingZooEnv(TurnBasedGameEnv):
         agent = row.raw.agent_selection
         buffers.seat[index] = self._seat_of[agent]
         obs = row.env.observe(agent)
-        if self._masked:
-            buffers.obs[index] = obs["observation"]
+        buffers.obs[index] = obs["observation"] if self._obs_dict else obs
+        if self.mask_source == MASK_IN_OBS:
             buffers.mask[index] = obs["action_mask"]
+        elif self.mask_source == MASK_IN_INFOS:
+            buffers.mask[index] = self._infos_mask(row, agent)
         else:
-            buffers.obs[index] = obs
             buffers.mask[index] = True
         buffers.is_first[index] = row.steps == 0
+
+    def _infos_mask(self, row: _Row, agent: str) -> Any:
+        mask = (row.raw.infos.get(agent) or {}).get("action_mask")
+        if mask is None:
+            raise RuntimeError(f"{self.env_id}: agent {agent!r} has no infos['action_mask'] on this turn (it had one "
+                               "at reset); put the mask in every turn's infos")  # fmt: skip
+        return mask
 
     def _write_score(self, row: _Row, score: np.ndarray) -> None:
         score[:] = row.score
 
+    def _write_seat_truncated(self, row: _Row, truncated: bool, out: np.ndarray) -> None:
+        """A seat that left the game says how it left; a seat still in it when the step limit cut the game was cut
+        unless the env had already terminated it."""
+        for seat, agent in enumerate(self.agents):
+            if row.left[seat]:
+                out[seat] = row.left[seat] == _TRUNCATED
+            else:
+                out[seat] = truncated and not row.raw.terminations.get(agent, False)
+
     def _write_final_obs(self, row: _Row, final_obs: np.ndarray) -> None:
         for seat, agent in enumerate(self.agents):
             obs = row.env.observe(agent)
-            final_obs[seat] = obs["observation"] if self._masked else obs
+            final_obs[seat] = obs["observation"] if self._obs_dict else obs
