@@ -157,11 +157,10 @@ def test_validate_plays_whole_atari_games_of_the_bundled_preset(tmp_path):
     assert logged["eval/episode_length"] == played["evaluation"][1]
     assert logged["eval/episodes_cut"] == 0
     assert played["training"][1] < played["evaluation"][1]  # training form: the first life only
-    # README's load_policy example on Atari, as written, on this run's checkpoint (the path it names)
-    example = re.search(
-        r"<!-- atari-inference-example -->\s*```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S
-    )
-    assert example, "README.md lost its Atari inference example"
+    # The inference guide's load_policy example on Atari, as written, on this run's checkpoint (the path it names)
+    guide = ROOT / "docs" / "guides" / "inference-export.md"
+    example = re.search(r"<!-- atari-inference-example -->\s*```python\n(.*?)```", guide.read_text(), re.S)
+    assert example, "docs/guides/inference-export.md lost its Atari inference example"
     assert "runs/ppo_atari/version_0/checkpoints/last.ckpt" in example.group(1)
     done = run_python(["-c", example.group(1)], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -145,10 +145,14 @@ def test_dreamer_carries_and_resets_its_recurrent_state(fitted):
 
 
 def _readme_example() -> str:
-    text = (ROOT / "README.md").read_text()
-    match = re.search(r"<!-- inference-example -->\s*```python\n(.*?)```", text, re.DOTALL)
-    assert match, "README.md lost its inference example"
-    return match.group(1)
+    """The README's example, which the inference guide (docs/guides/inference-export.md) repeats word for word."""
+    found = {}
+    for doc in ("README.md", "docs/guides/inference-export.md"):
+        match = re.search(r"<!-- inference-example -->\s*```python\n(.*?)```", (ROOT / doc).read_text(), re.DOTALL)
+        assert match, f"{doc} lost its inference example"
+        found[doc] = match.group(1)
+    assert found["README.md"] == found["docs/guides/inference-export.md"]
+    return found["README.md"]
 
 
 def test_readme_inference_example_runs_as_written(fitted, tmp_path):

@@ -1,7 +1,8 @@
 """Two processes as two nodes on this machine (``num_nodes 2``, ``devices 1``, DDP over gloo), each a CLI run.
 
-This is the README's multi-node recipe without a cluster manager: one ``rl-lightning fit`` per node with
-``NODE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` and ``WORLD_SIZE`` set, as Lightning's default environment reads them.
+This is the multi-node recipe of docs/guides/multi-gpu.md without a cluster manager: one ``rl-lightning fit`` per
+node with ``NODE_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` and ``WORLD_SIZE`` set, as Lightning's default environment
+reads them.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ class GameEvaluation(Callback):
 
     Fires in ``on_train_batch_end`` (after the update) each time the counter crosses a multiple, and at the end of
     training unless the last update was just evaluated. ``rl-lightning validate``/``test`` on a multi-seat game play
-    the same panel once through ``measure`` (``RLModule``'s test step calls it via ``game_evaluation_for``),
+    the same panel once through ``measure`` (the ``EvalRequests`` callback calls it via ``game_evaluation_for``),
     logged under ``eval/``/``test/``.
 
     Each match seats the policy in every seat in turn (``num_games / num_seats`` deals per seat) against the

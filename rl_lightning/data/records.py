@@ -172,7 +172,7 @@ def _read_shard(file: Path, where: str) -> dict[str, np.ndarray]:
     missing = [name for name in REQUIRED if name not in shard]
     if missing:
         raise ConfigError(f"{where}: {file.name} has no {missing[0]!r} array; a shard needs {list(REQUIRED)} "
-                          "(README: Behaviour cloning)")  # fmt: skip
+                          "(docs/guides/games.md: Behaviour cloning)")  # fmt: skip
     lengths = {name: len(value) for name, value in shard.items()}
     if len(set(lengths.values())) > 1:
         raise ConfigError(f"{where}: {file.name} has arrays of different lengths {lengths}; one row per decision")

@@ -2,7 +2,8 @@
 
 ``export_policy(ckpt_path, "onnx")`` loads the checkpoint as ``load_policy`` does and writes the graph that acts as
 that ``Policy`` does, from raw observations to the env's action (``policy_graph``'s docstring lists the inputs and
-outputs); the README's "Exporting a policy" shows how a game or a robot runs it with ``onnxruntime`` alone.
+outputs); ``docs/guides/inference-export.md`` ("Exporting a policy") shows how a game or a robot runs it with
+``onnxruntime`` alone.
 """
 
 from __future__ import annotations
