@@ -70,16 +70,20 @@ def test_tune_cli_end_to_end_pendulum_two_seeds(tmp_path):
     assert math.isfinite(_eval_curve(next((tmp_path / "again").rglob("events.out.*")).parent)[-1][1])
 
 
-def test_median_pruner_stops_a_bad_trial_before_its_budget(tmp_path):
-    """A good enqueued trial, then one whose episodes are cut at 5 steps (returns <= 5, where any CartPole policy
-    lasts ~8 or more): the median pruner prunes it from its intermediate reports and its fit stops early."""
-    key = "data.init_args.env.init_args.max_episode_steps"
-    search = _write(tmp_path / "search.yaml", {key: {"low": 5, "high": 500}})
+def test_median_pruner_stops_a_bad_trial_of_another_rollout_size_before_its_budget(tmp_path):
+    """A good enqueued trial (4 envs: 64 env steps per update), then one with 9 envs (144 per update, so it never
+    evaluates at a good trial's env step before 1152) whose episodes are cut at 5 steps (returns <= 5, where any
+    CartPole policy lasts ~8 or more): both report at env steps rounded down to the evaluation cadence, so the median
+    pruner compares them, prunes the bad one, and its fit stops early. The study is opened as ``tune`` opens it."""
+    from rl_lightning.tune.study import make_pruner, open_study
+
+    envs, steps_key = "data.init_args.num_envs", "data.init_args.env.init_args.max_episode_steps"
+    search = _write(tmp_path / "search.yaml", {envs: {"low": 4, "high": 9}, steps_key: {"low": 5, "high": 500}})
     ev = _write(tmp_path / "eval.yaml", EVAL)
     storage = f"sqlite:///{tmp_path / 'study.db'}"
-    study = optuna.create_study(study_name="prune", storage=storage, direction="maximize")
-    for steps in (500, 5):
-        study.enqueue_trial({key: steps})
+    study = open_study(storage, "prune", make_pruner("median", 1, 0), None, 10)
+    for params in ({envs: 4, steps_key: 500}, {envs: 9, steps_key: 5}):
+        study.enqueue_trial(params)
     budget = ["--data.init_args.total_env_steps", "1024", "--model.init_args.update_epochs", "4"]
     args = ["tune", "--config", "ppo.yaml", "--config", ev, "--search", search, "--n_trials", "2",
             "--storage", storage, "--study_name", "prune", "--dir", "study", "--pruner_startup_trials", "1",
@@ -88,6 +92,34 @@ def test_median_pruner_stops_a_bad_trial_before_its_budget(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     trials = optuna.load_study(study_name="prune", storage=storage).get_trials()
     assert [t.state.name for t in trials] == ["COMPLETE", "PRUNED"], result.stdout[-2000:]
-    assert max(trials[1].intermediate_values) < 1024
+    assert set(trials[1].intermediate_values) <= set(trials[0].intermediate_values)  # steps both trials share
     steps = [s for s, _ in _eval_curve(tmp_path / "study" / "trial_0001" / "seed_0")]
-    assert max(steps) < 1024, f"the pruned fit went on to {steps}"
+    assert steps[0] == 144
+    assert max(steps) < 1152, f"the pruned fit went on to {steps}"
+
+
+def test_a_failed_fit_fails_its_trial_only_and_best_yaml_is_the_best_trial_not_the_last(tmp_path):
+    """Three enqueued trials: an activation only the model's constructor refuses (its fit fails: the trial is told
+    FAIL with the fit's error and the study goes on), a good one, then a worse one (episodes cut at 5 steps), so
+    best.yaml must come from the middle trial."""
+    act, steps_key = "model.init_args.activation", "data.init_args.env.init_args.max_episode_steps"
+    search = _write(tmp_path / "search.yaml", {act: {"choices": ["tanh", "nonsense"]}, steps_key: {"low": 5,
+                                                                                                    "high": 500}})
+    ev = _write(tmp_path / "eval.yaml", EVAL)
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="ppo", storage=storage, direction="maximize")
+    for params in ({act: "nonsense", steps_key: 500}, {act: "tanh", steps_key: 500}, {act: "tanh", steps_key: 5}):
+        study.enqueue_trial(params)
+    args = ["tune", "--config", "ppo.yaml", "--config", ev, "--search", search, "--n_trials", "3", "--storage",
+            storage, "--dir", "study", "--pruner", "none", "--heartbeat", "1", *FAST,
+            "--data.init_args.total_env_steps", "256"]  # fmt: skip
+    result = run_cli(args, cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    trials = optuna.load_study(study_name="ppo", storage=storage).get_trials()
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE", "COMPLETE"], result.stdout[-2000:]
+    assert "activation='nonsense'" in trials[0].user_attrs["fit_failed"]
+    assert "trial 0 failed" in result.stdout
+    assert trials[1].value > trials[2].value  # the last trial is not the best
+    best = yaml.safe_load((tmp_path / "study" / "best.yaml").read_text())
+    assert best["data"]["init_args"]["env"]["init_args"]["max_episode_steps"] == 500
+    assert best["model"]["init_args"]["activation"] == "tanh"

@@ -54,7 +54,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--n_jobs", type=int, default=1, help="trials run in parallel by this process")
     p.add_argument("--pruner", choices=("median", "halving", "none"), default="median")
     p.add_argument("--pruner_startup_trials", type=int, default=3, help="median: trials before any pruning")
-    p.add_argument("--pruner_warmup_steps", type=int, default=0, help="median: env steps before a trial is pruned")
+    p.add_argument("--pruner_warmup_steps", type=int, default=0,
+                   help="median: steps before a trial is pruned (env steps, or updates with an every_n_updates "
+                   "Evaluation; evaluations report at their counter rounded down to its cadence)")
     p.add_argument("--objective", choices=("last_k", "auc"), default="last_k")
     p.add_argument("--last_k", type=int, default=3, help="last_k: evaluations averaged")
     p.add_argument("--sampler_seed", type=int, default=None, help="TPE sampler seed (give each worker its own); "

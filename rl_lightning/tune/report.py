@@ -10,6 +10,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from rl_lightning.callbacks.cadence import Cadence
 from rl_lightning.callbacks.evaluation import Evaluation
 from rl_lightning.errors import ConfigError
 
@@ -17,7 +18,12 @@ METRIC = "eval/episode_return"
 
 
 class TrialReport(Callback):
-    """Appends one JSON line ``{"env_steps", "updates", "value"}`` per evaluation of the run's ``Evaluation``.
+    """Appends one JSON line ``{"env_steps", "updates", "step", "value"}`` per evaluation of the run's ``Evaluation``.
+
+    ``step`` is where the study compares trials (the pruner compares them only at equal steps): the evaluation's
+    counter rounded down to the evaluation cadence (``every_n_env_steps``: env steps; ``every_n_updates``: updates),
+    so trials whose rollout sizes differ (``data.num_envs``, ``data.num_steps``), and so evaluate at different env
+    steps, still meet at the cadence's multiples.
 
     Fires after ``Evaluation`` in ``on_train_batch_end`` and ``on_train_epoch_end`` (``rl-lightning tune`` appends
     it last), on rank zero. The tuning process reads the file while the fit runs: the values are the trial's
@@ -53,7 +59,8 @@ class TrialReport(Callback):
             return
         with self.path.open("a") as file:
             for record in evaluation.history[self._written :]:
-                line = {"env_steps": record["env_steps"], "updates": record["updates"], "value": record[METRIC]}
+                line = {"env_steps": record["env_steps"], "updates": record["updates"],
+                        "step": report_step(record, evaluation.cadence), "value": record[METRIC]}  # fmt: skip
                 file.write(json.dumps(line) + "\n")
             file.flush()
         self._written = len(evaluation.history)
@@ -62,6 +69,11 @@ class TrialReport(Callback):
     def _evaluation(trainer: pl.Trainer) -> Evaluation | None:
         found = [callback for callback in trainer.callbacks if isinstance(callback, Evaluation)]
         return found[0] if found else None
+
+
+def report_step(record: dict[str, float], cadence: Cadence) -> int:
+    """An evaluation's counter (env steps or updates, as ``cadence`` counts) rounded down to the cadence."""
+    return int(record[cadence.counter]) // cadence.every * cadence.every
 
 
 def read_reports(path: Path) -> list[dict[str, float]]:

@@ -24,10 +24,10 @@ POLL_S = 0.2
 
 
 class Pruned(Exception):
-    """The pruner stopped the trial at ``step`` env steps."""
+    """The pruner stopped the trial at report ``step`` (env steps or updates, rounded to the evaluation cadence)."""
 
     def __init__(self, step: int) -> None:
-        super().__init__(f"pruned at {step} env steps")
+        super().__init__(f"pruned at step {step}")
         self.step = step
 
 
@@ -104,14 +104,23 @@ def _follow(trial: Any, seeds: Seeds, heartbeat: Any) -> None:
         time.sleep(POLL_S)
 
 
+def _step(record: dict[str, float]) -> int:
+    """Where an evaluation is reported: its ``step`` (the counter rounded down to the evaluation cadence, shared by
+    trials of any rollout size: ``report.TrialReport``)."""
+    return int(record.get("step", record["env_steps"]))
+
+
 def _report_complete_steps(trial: Any, seeds: Seeds, done: list[bool]) -> None:
-    """Report the seed mean at each env step every seed has reported (or ended before); prune if told."""
-    steps = sorted({int(r["env_steps"]) for curve in seeds.curves for r in curve} - seeds.reported_steps)
+    """Report the seed mean at each step every seed has reported (or ended before); prune if told.
+
+    A seed with two evaluations at one step (the end-of-training evaluation rounded down onto the last cadence
+    evaluation's step) counts the first."""
+    steps = sorted({_step(r) for curve in seeds.curves for r in curve} - seeds.reported_steps)
     for step in steps:
         values = []
         for curve, finished in zip(seeds.curves, done):
-            at = [r["value"] for r in curve if int(r["env_steps"]) == step]
-            reached = at or finished or (curve and int(curve[-1]["env_steps"]) > step)
+            at = [r["value"] for r in curve if _step(r) == step][:1]
+            reached = at or finished or (curve and _step(curve[-1]) > step)
             if not reached:
                 return
             values += at
