@@ -170,3 +170,20 @@ def test_heuristic_names_the_games_bundled_bot() -> None:
     metrics = match_metrics(play_match(env, panel[1].bot, panel[0].bot, 20, seed=0))
     assert metrics["win_rate_low"] > 0.5
     assert metrics["p_value_win_rate"] < 0.01
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_load_policy_acts_as_the_runs_game_evaluation_did(tmp_path: Path, deterministic: bool) -> None:
+    """``load_policy``'s default read only ``Evaluation*`` callbacks: a game run evaluated with
+    ``GameEvaluation(deterministic: false)`` loaded greedy."""
+    from rl_lightning.callbacks import RLCheckpoint
+    from rl_lightning.inference import load_policy
+
+    env = HighCard(seats=2, seat_bonus=0.0)
+    datamodule = OnPolicyDataModule(env, num_envs=4, num_steps=8, total_env_steps=32)
+    module = PPO(env_spec=env.spec, hidden_sizes=(8,), update_epochs=1, num_minibatches=1)
+    evaluation = GameEvaluation(every_n_updates=1, opponents=["random"], num_games=4, rating_games=0,
+                                deterministic=deterministic)  # fmt: skip
+    checkpoint = RLCheckpoint(dirpath=str(tmp_path), every_n_updates=1)
+    trainer(tmp_path, [evaluation, checkpoint], enable_checkpointing=True).fit(module, datamodule)
+    assert load_policy(str(tmp_path / "last.ckpt")).deterministic is deterministic

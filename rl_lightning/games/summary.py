@@ -15,7 +15,13 @@ Per match (``rl_lightning.games.match.MatchResult``):
   count games as independent, which duplicate deals of a game with chance make slightly optimistic),
   ``baseline_win_rate``, and ``p_value_win_rate``: the exact binomial (sign) test of wins against losses, draws
   left out, against even chances;
-* ``games``: the tested player's games.
+* ``games``: the tested player's games;
+* per seat r (the order of the game's seats; seat 0 moves first in most games): ``<score>_seat<r>``, the tested
+  player's mean score when it sat in seat r, and in two-seat games ``win_rate_seat<r>``. The figures above average
+  the seats equally (the tested player sits in each seat for the same number of deals).
+
+With ``score_range`` (the game's lowest and highest score, e.g. OpenSpiel's ``min_utility``/``max_utility``), the
+score's interval is clipped to it: a Student-t interval can reach past what a game can pay (1.004 in tic-tac-toe).
 """
 
 from __future__ import annotations
@@ -37,7 +43,9 @@ def score_key(result: MatchResult) -> str:
     return "points_per_hand" if result.score_name == "points" else f"{result.score_name}_per_game"
 
 
-def match_metrics(result: MatchResult, confidence: float = 0.95) -> dict[str, float]:
+def match_metrics(
+    result: MatchResult, confidence: float = 0.95, score_range: tuple[float, float] | None = None
+) -> dict[str, float]:
     """The metrics of the module docstring, as Python floats (NaN where a quantity cannot be estimated)."""
     tested, base = result.seat_scores("tested").double(), result.seat_scores("baseline").double()
     if result.duplicate:
@@ -45,9 +53,12 @@ def match_metrics(result: MatchResult, confidence: float = 0.95) -> dict[str, fl
     else:
         sample, base_sample = tested.flatten(), base.flatten()
     interval = mean_interval(sample, confidence)
+    low, high = interval.low, interval.high
+    if score_range is not None:  # NaN (too few games) stays NaN: max/min return their first argument then
+        low, high = max(low, float(score_range[0])), min(high, float(score_range[1]))
     key = score_key(result)
-    out = {key: interval.mean, f"{key}_low": interval.low, f"{key}_high": interval.high,
-           "games": float(tested.numel())}  # fmt: skip
+    out = {key: interval.mean, f"{key}_low": low, f"{key}_high": high, "games": float(tested.numel())}
+    out.update({f"{key}_seat{seat}": float(tested[:, seat].mean()) for seat in range(tested.shape[1])})
     has_baseline = not bool(torch.isnan(base_sample).any())
     out[f"baseline_{key}"] = float(base_sample.mean()) if has_baseline else float("nan")
     if not has_baseline:
@@ -73,6 +84,7 @@ def _two_seat_metrics(result: MatchResult, confidence: float, has_baseline: bool
     base_wins = float((result.outcomes("baseline").sum(-1) > 0).double().mean())
     out["baseline_win_rate"] = base_wins if has_baseline else float("nan")
     out["p_value_win_rate"] = binomial_p_value(wins, wins + losses)
+    out.update({f"win_rate_seat{seat}": float((outcome[:, seat] > 0).double().mean()) for seat in range(2)})
     return out
 
 
