@@ -9,11 +9,12 @@ work, in one line naming the field and the fix, with exit code 2.
 from __future__ import annotations
 
 import csv
+import re
 import shutil
 
 import pytest
 
-from tests.cli_subprocess import ROOT, error_line, run_cli, snapshot
+from tests.cli_subprocess import ROOT, error_line, run_cli, run_python, snapshot
 
 pytest.importorskip("pyspiel", reason="needs pip install 'rl_lightning[games]'")
 pytest.importorskip("pettingzoo", reason="needs pip install 'rl_lightning[games]'")
@@ -172,3 +173,11 @@ def test_testing_a_checkpoint_logs_beside_its_run_without_warnings(tmp_path):
     logged = {tag: events.Scalars(tag)[-1].value for tag in events.Tags()["scalars"]}
     assert {"test/vs_random/return_per_game_seat0", "test/vs_random/win_rate_seat1"} <= set(logged)
     assert -1.0 <= logged["test/vs_random/return_per_game_low"] <= logged["test/vs_random/return_per_game_high"] <= 1.0
+
+    # The docs' game example of load_policy (flat observation_tensor reshaped, action_mask=), on this checkpoint.
+    docs = (ROOT / "docs" / "incoming" / "g26a.md").read_text()
+    example = re.search(r"<!-- game-inference-example -->\s*```python\n(.*?)```", docs, re.S).group(1)
+    ckpt = runs / "version_0" / "checkpoints" / "last.ckpt"
+    played = run_python(["-c", example.replace("runs/ppo_tictactoe/version_0/checkpoints/last.ckpt", str(ckpt))])
+    assert played.returncode == 0, played.stderr[-3000:]
+    assert played.stdout.strip().splitlines()[-1].startswith("returns: [")
