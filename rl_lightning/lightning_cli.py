@@ -184,12 +184,32 @@ class RLLightningCLI(LightningCLI):
                 self._checkpoint = read_checkpoint(ckpt_path)
                 if isinstance(self.model, RLModule):
                     check_family(self._checkpoint, self.model.family, source=f"ckpt_path=last ({ckpt_path})")
+        if ckpt_path is not None and self.subcommand in ("validate", "test"):
+            log_beside_run(self.trainer, ckpt_path, self.subcommand)
         checkpoint, self._checkpoint = self._checkpoint, None
         if checkpoint is None or not isinstance(self.model, RLModule):
             return
         source = f"ckpt_path={ckpt_path!r}"
         check_env_spec(checkpoint, self.model.env_spec, source=source)
         check_weights_fit(checkpoint, self.model, source=source)
+
+
+def log_beside_run(trainer: pl.Trainer, ckpt_path: str, subcommand: str) -> None:
+    """Log ``validate``/``test`` of a checkpoint in its fit run's folder: ``<name>/version_K/<subcommand>``.
+
+    A logger without a set version would open a new ``version_N`` sibling of the fit run for a few numbers;
+    a checkpoint under ``<save_dir>/<name>/version_K/checkpoints/`` of the same logger puts them under that run
+    instead (TensorBoard lists ``version_K/test`` beside ``version_K``). Loggers given a version keep it; a
+    checkpoint from elsewhere gets the usual new version.
+    """
+    ckpt = Path(ckpt_path).resolve()
+    if ckpt.parent.name != "checkpoints":
+        return
+    run = ckpt.parent.parent
+    for logger in trainer.loggers:
+        root = getattr(logger, "root_dir", None)
+        if root and getattr(logger, "_version", 0) is None and Path(root).resolve() == run.parent:
+            logger._version = f"{run.name}/{subcommand}"  # the version a TensorBoard/CSV logger names its folder by
 
 
 def one_callback_per_class(callbacks: list[Any]) -> list[Any]:

@@ -148,7 +148,7 @@ def test_validate_plays_whole_atari_games_of_the_bundled_preset(tmp_path):
         ["validate", "--config", "ppo_atari", "--config", str(fragment), "--ckpt_path", str(ckpt)], tmp_path
     )
     assert validate.returncode == 0, validate.stderr[-3000:]
-    logged = _scalars(tmp_path / "runs" / "ppo_atari" / "version_1")
+    logged = _scalars(tmp_path / "runs" / "ppo_atari" / "version_0" / "validate")  # beside the fit run it checks
     replay = run_python(["-c", REPLAY_ATARI, str(ckpt)])
     assert replay.returncode == 0, replay.stderr[-3000:]
     played = json.loads(replay.stdout.strip().splitlines()[-1])

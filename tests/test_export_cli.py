@@ -39,6 +39,8 @@ def test_export_writes_a_file_and_says_what_it_takes(cartpole_ckpt, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"wrote {out} (onnx); inputs: obs float32[B,4]; outputs: action, logits" in result.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["policy.onnx"]  # no temporary file left beside it
+    # A quiet command: nothing but what it wrote (the exporter logged "torchvision is not installed" four times).
+    assert result.stderr == "", result.stderr
 
 
 BAD = [

@@ -183,3 +183,20 @@ def test_cut_games_are_logged_apart_from_the_results() -> None:
     assert games + cut <= 40  # duplicate: a deal with a cut game is left out whole
     replay = match_metrics(play_match(env, PolicyBot(module, seed=callback.seed), MinBot(), 20, seed=callback.seed))
     assert (games, cut) == (replay["games"], replay["games_cut"])
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_load_policy_acts_as_the_runs_game_evaluation_did(tmp_path: Path, deterministic: bool) -> None:
+    """``load_policy``'s default read only ``Evaluation*`` callbacks: a game run evaluated with
+    ``GameEvaluation(deterministic: false)`` loaded greedy."""
+    from rl_lightning.callbacks import RLCheckpoint
+    from rl_lightning.inference import load_policy
+
+    env = HighCard(seats=2, seat_bonus=0.0)
+    datamodule = OnPolicyDataModule(env, num_envs=4, num_steps=8, total_env_steps=32)
+    module = PPO(env_spec=env.spec, hidden_sizes=(8,), update_epochs=1, num_minibatches=1)
+    evaluation = GameEvaluation(every_n_updates=1, opponents=["random"], num_games=4, rating_games=0,
+                                deterministic=deterministic)  # fmt: skip
+    checkpoint = RLCheckpoint(dirpath=str(tmp_path), every_n_updates=1)
+    trainer(tmp_path, [evaluation, checkpoint], enable_checkpointing=True).fit(module, datamodule)
+    assert load_policy(str(tmp_path / "last.ckpt")).deterministic is deterministic

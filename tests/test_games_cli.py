@@ -9,11 +9,12 @@ work, in one line naming the field and the fix, with exit code 2.
 from __future__ import annotations
 
 import csv
+import re
 import shutil
 
 import pytest
 
-from tests.cli_subprocess import ROOT, error_line, run_cli, snapshot
+from tests.cli_subprocess import ROOT, error_line, run_cli, run_python, snapshot
 
 pytest.importorskip("pyspiel", reason="needs pip install 'rl_lightning[games]'")
 pytest.importorskip("pettingzoo", reason="needs pip install 'rl_lightning[games]'")
@@ -149,3 +150,34 @@ def test_bad_game_input_is_one_line_before_any_work(tmp_path, args, expected):
     assert result.returncode == 2, result.stderr[-3000:]
     assert expected in error_line(result)
     assert snapshot(tmp_path) == before
+
+
+def test_testing_a_checkpoint_logs_beside_its_run_without_warnings(tmp_path):
+    """``rl-lightning test --ckpt_path last`` opened a new ``version_N`` folder for a handful of numbers and warned
+    that the checkpoint callback's folder had changed; the numbers go under the fit run now (``version_0/test``),
+    say which seat the policy sat in, and their intervals stay within tic-tac-toe's [-1, 1]."""
+    args = [*SWAP[:4], "--data.init_args.env.init_args.env_id", "open_spiel:tic_tac_toe",
+            "--data.init_args.league.bots", "{random: 0.5}", *TINY[:-2],
+            "--trainer.logger.init_args.save_dir", "runs", "--trainer.logger.init_args.name", "ttt"]  # fmt: skip
+    fit = run_cli(["fit", *args], tmp_path)
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    result = run_cli(["test", *args, "--ckpt_path", "last"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "dirpath has changed" not in result.stderr
+    runs = tmp_path / "runs" / "ttt"
+    assert sorted(path.name for path in runs.iterdir()) == ["version_0"]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(runs / "version_0" / "test"))
+    events.Reload()
+    logged = {tag: events.Scalars(tag)[-1].value for tag in events.Tags()["scalars"]}
+    assert {"test/vs_random/return_per_game_seat0", "test/vs_random/win_rate_seat1"} <= set(logged)
+    assert -1.0 <= logged["test/vs_random/return_per_game_low"] <= logged["test/vs_random/return_per_game_high"] <= 1.0
+
+    # The docs' game example of load_policy (flat observation_tensor reshaped, action_mask=), on this checkpoint.
+    docs = (ROOT / "docs" / "incoming" / "g26a.md").read_text()
+    example = re.search(r"<!-- game-inference-example -->\s*```python\n(.*?)```", docs, re.S).group(1)
+    ckpt = runs / "version_0" / "checkpoints" / "last.ckpt"
+    played = run_python(["-c", example.replace("runs/ppo_tictactoe/version_0/checkpoints/last.ckpt", str(ckpt))])
+    assert played.returncode == 0, played.stderr[-3000:]
+    assert played.stdout.strip().splitlines()[-1].startswith("returns: [")

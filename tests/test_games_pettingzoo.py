@@ -231,3 +231,14 @@ def test_seat_credit_ends_each_seat_as_it_left_the_game() -> None:
     assert credit.truncated[:, 0].tolist() == [False, False, True, True]  # seats 2 and 1 were cut while playing
     assert credit.next_value[:, 0].tolist() == [0.0, 0.5, 2.0, 2.0]  # seat 1's first decision: its next one's value
     assert credit.reward[:, 0].tolist() == [-1.0, 0.0, 0.0, 0.0]
+
+
+def test_seats_are_keyed_by_number_or_agent_name() -> None:
+    from rl_lightning.data.selfplay import make_selfplay
+
+    env = PettingZooEnv("classic/tictactoe-v3")  # agents player_1 (seat 0) and player_2 (seat 1)
+    assert make_selfplay(env, {"player_2": "random"}, None).players.specs == ["self", "random"]
+    assert make_selfplay(env, {"player_1": "random"}, None).players.specs == ["random", "self"]
+    assert make_selfplay(env, {1: "random"}, None).players.specs == ["self", "random"]
+    with pytest.raises(ConfigError, match="data.seats names seat 1 twice"):
+        make_selfplay(env, {1: "random", "player_2": "random"}, None)

@@ -39,6 +39,7 @@ class RLCheckpoint(ModelCheckpoint):
         self.every_n_updates = every_n_updates
         self.every_n_env_steps = every_n_env_steps
         self.cadence = cadence
+        self._stage = "fit"
 
     @property
     @override
@@ -78,7 +79,16 @@ class RLCheckpoint(ModelCheckpoint):
         return {**super().state_dict(), "cadence": self.cadence.state_dict()}
 
     @override
+    def setup(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        self._stage = stage
+
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the saved checkpoints' record for a resumed fit. ``validate``/``test`` save nothing, and Lightning
+        restores callbacks there too: restoring would only warn that their log folder is not the fit's."""
+        if self._stage != "fit":
+            return
         super().load_state_dict(state_dict)
         if "cadence" in state_dict:
             self.cadence.load_state_dict(state_dict["cadence"])

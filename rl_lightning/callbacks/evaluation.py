@@ -30,8 +30,9 @@ class Evaluation(Callback):
     a multiple (never on a cycle that made no update), and at the end of training unless the last update was
     just evaluated. Logs ``eval/episode_return``, ``eval/episode_length``, ``eval/episodes_cut``,
     ``eval/random_episode_return`` (a uniform-random policy on the same env, sampled from its action space,
-    measured once) and ``eval/margin_over_random`` as one point per evaluation at its env step; the values are
-    over all ranks' episodes and also feed ``RLCheckpoint(monitor="eval/episode_return")`` and
+    measured once; it plays the agent's side, so in an env with a built-in opponent such as ``TicTacToe`` the same
+    seat as the agent: X, moving first) and ``eval/margin_over_random`` as one point per evaluation at its env step;
+    the values are over all ranks' episodes and also feed ``RLCheckpoint(monitor="eval/episode_return")`` and
     ``rl_lightning.callbacks.EarlyStopping``.
 
     Cut episodes: an episode still running after ``max_steps`` steps is cut. It is counted in

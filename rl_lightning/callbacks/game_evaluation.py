@@ -38,6 +38,9 @@ class GameEvaluation(Callback):
     the policy's seats), ``p_value`` (paired over deals when duplicate, else Welch), ``games``, ``games_cut`` (games
     the env cut off at its step limit: no result, left out of every other number); two-seat games add
     ``win_rate``/``draw_rate``/``loss_rate`` with intervals, ``baseline_win_rate`` and ``p_value_win_rate``.
+    These average the seats equally; ``<score>_seat<r>`` (and ``win_rate_seat<r>`` in two-seat games) break them
+    down by the seat the policy sat in (seat 0 first). Intervals are clipped to the game's score range where the
+    env gives one (``score_range``: OpenSpiel games).
     With ``rating_games > 0`` a round robin of the policy and the whole panel gives ``eval/rating/<name>`` (Elo,
     ``random`` = 0 when it plays; ``rl_lightning.games.rating``). The values also go to
     ``trainer.callback_metrics`` (``RLCheckpoint``/``EarlyStopping`` monitors). Every rank plays the same panels.
@@ -178,8 +181,9 @@ class GameEvaluation(Callback):
                                        self.seed, self.duplicate, self.batch_size)  # fmt: skip
         finally:
             pl_module.train(was_training)
+        score_range = getattr(env, "score_range", None)  # the game's lowest and highest score, where it says
         metrics = {f"{prefix}/vs_{name}/{key}": value for name, result in results.items()
-                   for key, value in match_metrics(result).items()}  # fmt: skip
+                   for key, value in match_metrics(result, score_range=score_range).items()}  # fmt: skip
         metrics.update({f"{prefix}/rating/{name}": value for name, value in ratings.items()})
         return metrics
 

@@ -10,6 +10,7 @@ temporary file beside it and renames it into place only when the whole file is w
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import tempfile
@@ -21,6 +22,16 @@ import torch
 
 from rl_lightning.errors import ConfigError
 from rl_lightning.export.policy_graph import PolicyGraph
+
+#: The ONNX exporter's operator registry logs "torchvision is not installed. Skipping torchvision::nms" (and three
+#: more) on every export where torchvision is absent; a policy graph uses no torchvision operator.
+_REGISTRY_LOGGER = "torch.onnx._internal.exporter._registration"
+
+
+def _not_missing_torchvision(record: logging.LogRecord) -> bool:
+    """A logging filter: drop only the registry's "torchvision is not installed" records."""
+    return not str(record.msg).startswith("torchvision is not installed")
+
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _OP = re.compile(r"(aten[.:]{1,2}[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?|torch\.ops\.[A-Za-z0-9_.]+)")
@@ -64,6 +75,8 @@ def _write_onnx(graph: PolicyGraph, path: Path) -> None:
         raise ConfigError("export --format onnx needs onnx and onnxscript: pip install -e '.[export]'") from None
     program = exported_program(graph)
     names = [t.name for t in graph.inputs]
+    registry = logging.getLogger(_REGISTRY_LOGGER)
+    registry.addFilter(_not_missing_torchvision)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -74,6 +87,8 @@ def _write_onnx(graph: PolicyGraph, path: Path) -> None:
         _name_batch_dim(path)
     except Exception as err:  # noqa: BLE001 - any exporter failure becomes one line naming its op
         raise ConfigError(f"export: ONNX cannot express {type(graph).__name__}: {_culprit(err)}") from err
+    finally:
+        registry.removeFilter(_not_missing_torchvision)
 
 
 def _name_batch_dim(path: Path) -> None:

@@ -18,7 +18,13 @@ Per match (``rl_lightning.games.match.MatchResult``):
 * ``games``: the tested player's games behind the results; ``games_cut``: its games the env cut off before they
   ended (``max_episode_steps``), which have no result and are left out of every number above. With duplicate
   deals a deal counts only when all its games ended (every rotation, and the baseline), so the pairing holds; the
-  rates count the tested player's games that ended. Every game cut: the results are NaN.
+  rates count the tested player's games that ended. Every game cut: the results are NaN;
+* per seat r (the order of the game's seats; seat 0 moves first in most games): ``<score>_seat<r>``, the tested
+  player's mean score over its games that ended in seat r, and in two-seat games ``win_rate_seat<r>``. The figures
+  above average the seats equally (the tested player sits in each seat for the same number of deals).
+
+With ``score_range`` (the game's lowest and highest score, e.g. OpenSpiel's ``min_utility``/``max_utility``), the
+score's interval is clipped to it: a Student-t interval can reach past what a game can pay (1.004 in tic-tac-toe).
 """
 
 from __future__ import annotations
@@ -43,7 +49,9 @@ def score_key(result: MatchResult) -> str:
     return "points_per_hand" if result.score_name == "points" else f"{result.score_name}_per_game"
 
 
-def match_metrics(result: MatchResult, confidence: float = 0.95) -> dict[str, float]:
+def match_metrics(
+    result: MatchResult, confidence: float = 0.95, score_range: tuple[float, float] | None = None
+) -> dict[str, float]:
     """The metrics of the module docstring, as Python floats (NaN where a quantity cannot be estimated)."""
     tested, base = result.seat_scores("tested").double(), result.seat_scores("baseline").double()
     ended, base_ended = result.ended("tested"), result.ended("baseline")
@@ -56,9 +64,13 @@ def match_metrics(result: MatchResult, confidence: float = 0.95) -> dict[str, fl
         sample, base_sample = tested[ended], base[base_ended]
         games = len(sample)
     interval = mean_interval(sample, confidence) if games else Interval(math.nan, math.nan, math.nan, 0)
+    low, high = interval.low, interval.high
+    if score_range is not None:  # NaN (too few games) stays NaN: max/min return their first argument then
+        low, high = max(low, float(score_range[0])), min(high, float(score_range[1]))
     key = score_key(result)
-    out = {key: interval.mean, f"{key}_low": interval.low, f"{key}_high": interval.high, "games": float(games),
+    out = {key: interval.mean, f"{key}_low": low, f"{key}_high": high, "games": float(games),
            "games_cut": float((~ended).sum())}  # fmt: skip
+    out.update({f"{key}_seat{seat}": _mean_ended(tested[:, seat], ended[:, seat]) for seat in range(tested.shape[1])})
     out[f"baseline_{key}"] = float(base_sample.mean()) if has_baseline and len(base_sample) else math.nan
     if not has_baseline or not games:
         out["p_value"] = math.nan
@@ -83,7 +95,18 @@ def _two_seat_metrics(result: MatchResult, confidence: float, has_baseline: bool
     base_wins = (result.outcomes("baseline").sum(-1) > 0)[result.ended("baseline")]
     out["baseline_win_rate"] = float(base_wins.double().mean()) if has_baseline and len(base_wins) else math.nan
     out["p_value_win_rate"] = binomial_p_value(wins, wins + losses)
+    per_seat = result.outcomes("tested").sum(-1)  # [D, S]
+    seat_ended = result.ended("tested")
+    out.update(
+        {f"win_rate_seat{seat}": _mean_ended(per_seat[:, seat] > 0, seat_ended[:, seat]) for seat in range(2)}
+    )
     return out
+
+
+def _mean_ended(values: torch.Tensor, ended: torch.Tensor) -> float:
+    """Mean of the games that ended (NaN when none did)."""
+    kept = values[ended].double()
+    return float(kept.mean()) if kept.numel() else math.nan
 
 
 def pairwise_counts(result: MatchResult) -> tuple[int, int, int]:

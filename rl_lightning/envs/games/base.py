@@ -120,6 +120,9 @@ class TurnBasedGameEnv(TorchEnv):
     #: whether a lower score is better; evaluation reads these to report results as the game's players count them.
     score_name: str = "return"
     score_lower_is_better: bool = False
+    #: The lowest and highest ``game_score`` a seat can get, where the engine says (``None``: unknown); evaluation
+    #: clips its intervals to it.
+    score_range: tuple[float, float] | None = None
 
     def __init__(self) -> None:
         self._rows: dict[int, GameRow] = {}

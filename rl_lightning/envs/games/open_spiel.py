@@ -202,6 +202,8 @@ class OpenSpielEnv(TurnBasedGameEnv):
         self._check_chance = _chance_lists_disagree(self.game)
         self.score_name = "points" if self._points else "return"
         self.score_lower_is_better = self._points
+        if not self._points:  # Hearts' points are not its utilities (returns = 26 - points)
+            self.score_range = (float(self.game.min_utility()), float(self.game.max_utility()))
         self.spec = EnvSpec(
             name=f"{_PREFIX}{self.short_name}",
             obs_shape=self._obs_shape,
