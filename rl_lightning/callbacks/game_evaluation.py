@@ -101,7 +101,9 @@ class GameEvaluation(Callback):
     def check_datamodule(self, datamodule: Any) -> None:
         """Refuse, in one line, game settings or opponents that cannot play the datamodule's game (a bot written for
         another game fails its probe: ``check_bot_fits``). The CLI calls this before the trainer starts."""
-        env = self.env if self.env is not None else datamodule.env
+        env = self.env if self.env is not None else getattr(datamodule, "env", None)
+        if env is None:  # a datamodule without a game env: setup builds and checks what it plays
+            return
         if env.spec.num_seats < 2:
             raise ConfigError(f"trainer.callbacks: GameEvaluation plays matches of multi-seat games, but "
                               f"{env.spec.name!r} has one seat; evaluate it with rl_lightning.callbacks.Evaluation "
