@@ -77,8 +77,11 @@ def test_pettingzoo_classic_games_swapped_into_the_bundled_config_train(tmp_path
     """Bug: integer observations (int8) crashed Lightning's hparams.yaml writer at start-up. tic-tac-toe also needs
     the league's Connect Four bot swapped out (a bot that does not fit is refused) and takes seats by agent name."""
     args = [*SWAP, "--data.init_args.env.init_args.env_id", env_id]
-    if "tictactoe" in env_id:
-        args += ["--data.init_args.league.bots", "{random: 0.5}", "--data.init_args.seats", "{player_1: self}"]
+    if "tictactoe" in env_id:  # agents player_1 and player_2: seat 1 plays at random
+        args += ["--data.init_args.league.bots", "{random: 0.5}", "--data.init_args.seats", "{player_2: random}"]
+    else:  # a short panel with the bundled heuristic, which reads PettingZoo's board layout too
+        args += ["--config", "{trainer: {callbacks+: [{class_path: rl_lightning.callbacks.GameEvaluation, init_args: "
+                 "{every_n_updates: 1, opponents: [random, heuristic], num_games: 4, rating_games: 0}}]}}"]
     _fits_with_both_loggers(tmp_path, args)
 
 

@@ -102,11 +102,9 @@ class GameEvaluation(Callback):
     def check_datamodule(self, datamodule: Any) -> None:
         """Refuse, in one line, game settings or opponents that cannot play the datamodule's game (a bot written for
         another game fails its probe: ``check_bot_fits``). The CLI calls this before the trainer starts."""
-        env = self.env if self.env is not None else datamodule.env
-        if env.spec.num_seats < 2:
-            raise ConfigError(f"trainer.callbacks: GameEvaluation plays matches of multi-seat games, but "
-                              f"{env.spec.name!r} has one seat; evaluate it with rl_lightning.callbacks.Evaluation "
-                              "(--config callbacks/eval.yaml)")  # fmt: skip
+        env = self.env if self.env is not None else getattr(datamodule, "env", None)
+        if env is None:  # a datamodule without a game env: setup builds and checks what it plays
+            return
         self._check_seats(env)
         league = getattr(getattr(datamodule, "selfplay", None), "league", None)
         opponents = [spec for spec in self.opponents if not spec.endswith(".ckpt")]  # loaded (and checked) at setup
@@ -114,6 +112,10 @@ class GameEvaluation(Callback):
 
     def _check_seats(self, env: TorchEnv) -> None:
         seats = env.spec.num_seats
+        if seats < 2:
+            raise ConfigError(f"trainer.callbacks: GameEvaluation plays matches of multi-seat games, but "
+                              f"{env.spec.name!r} has one seat; evaluate it with rl_lightning.callbacks.Evaluation "
+                              "(--config callbacks/eval.yaml)")  # fmt: skip
         for name, games in (("num_games", self.num_games), ("rating_games", self.rating_games or 0)):
             if games % seats:
                 fit = (games // seats + 1) * seats
@@ -123,8 +125,8 @@ class GameEvaluation(Callback):
     @override
     def setup(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
         env = self.game_env(trainer)
-        self._panel(trainer, env, pl_module)  # an opponent that cannot play fails now, before any training
         self._check_seats(env)
+        self._panel(trainer, env, pl_module)  # an opponent that cannot play fails now, before any training
         self._resolved_deterministic = pl_module.eval_deterministic if self.deterministic is None else \
             self.deterministic  # fmt: skip
 

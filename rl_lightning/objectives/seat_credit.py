@@ -29,8 +29,9 @@ class SeatCredit(NamedTuple):
         reward: everything the acting seat received from this tick until its next decision or the game's end.
         next_value: the bootstrap: the seat's value at its next decision, ``V(final_obs)`` of the seat when the
             game was truncated first, 0 when it terminated first or the decision is open.
-        terminated: the game terminated before the seat decided again (bootstrap 0).
-        truncated: the game was truncated before the seat decided again.
+        terminated: the game terminated (or, with ``seat_truncated``, ended with the seat already out of it) before
+            the seat decided again (bootstrap 0).
+        truncated: the game was truncated, the seat still playing, before the seat decided again.
         next_row: the tick of the same seat's next decision in the same game; -1 where there is none in the rollout.
         open: the rollout ended before the seat decided again or its game ended.
     """

@@ -12,9 +12,9 @@ the seats that were still playing when the game was cut.
 Observation: ``obs["observation"]`` (or a plain array observation). The legal-action mask is read where PettingZoo
 envs put it: ``obs["action_mask"]`` (the classic games) or ``infos[agent]["action_mask"]`` (common in Parallel
 envs). An env with neither is refused at start-up unless ``all_actions_legal=True`` declares every action always
-legal. A Parallel env is played through
-PettingZoo's own ``parallel_to_aec``: the seats choose one after another but the env steps jointly once every live
-seat has chosen, so no seat sees another's choice of the same step. PettingZoo envs cannot snapshot (no search).
+legal. A Parallel env is played through PettingZoo's own ``parallel_to_aec``: the seats choose one after another
+but the env steps jointly once every live seat has chosen, so no seat sees another's choice of the same step.
+PettingZoo envs cannot snapshot (no search).
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ class _Row(GameRow):
         self.raw = innermost(env)  # read directly: wrappers forward these attributes, each through __getattr__
         self.rng = rng
         self.score = np.zeros(seats, dtype=np.float32)
-        self.left = np.zeros(seats, dtype=np.int8)  # per seat: 0 playing, else how it left the game (_LEFT)
+        self.left = np.zeros(seats, dtype=np.int8)  # per seat: 0 playing, else how it left (_TERMINATED, _TRUNCATED)
         self.steps = 0
 
 
