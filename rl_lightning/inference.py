@@ -22,7 +22,7 @@ from gymnasium import spaces
 from tensordict import TensorDict
 
 from rl_lightning import keys
-from rl_lightning.algos import PPO, SPO, DreamerV3, RecurrentPPO, RLModule
+from rl_lightning.algos import BC, PPO, SPO, DreamerV3, RecurrentPPO, RLModule
 from rl_lightning.algos.dreamer.player import DreamerPlayer
 from rl_lightning.algos.policy_io import action_space_from_spec, check_action_space, env_actions, obs_batch
 from rl_lightning.envs.base import BatchedEnv
@@ -31,7 +31,7 @@ from rl_lightning.errors import ConfigError
 from rl_lightning.lineage import REVISION_KEY, read_checkpoint
 
 #: Checkpoint family (``PolicyRevision.family``) → the module class that loads it.
-FAMILIES: dict[str, type[RLModule]] = {cls.family: cls for cls in (PPO, SPO, DreamerV3, RecurrentPPO)}
+FAMILIES: dict[str, type[RLModule]] = {cls.family: cls for cls in (PPO, SPO, DreamerV3, RecurrentPPO, BC)}
 
 
 def load_policy(
@@ -41,7 +41,7 @@ def load_policy(
     seed: int = 0,
     device: str | torch.device = "cpu",
 ) -> Policy:
-    """Load any rl_lightning checkpoint (PPO, SPO, DreamerV3: read from the file) as a ``Policy``.
+    """Load any rl_lightning checkpoint (PPO, SPO, DreamerV3, a BC clone: read from the file) as a ``Policy``.
 
     Args:
         path: a ``.ckpt`` an ``rl-lightning fit`` run saved.

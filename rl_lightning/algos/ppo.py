@@ -104,6 +104,7 @@ class PPO(RLModule):
     """
 
     family = "ppo"
+    plays_families = ("bc",)  # ``validate``/``test`` a BC clone's checkpoint: the same networks
 
     def __init__(
         self,
