@@ -13,6 +13,7 @@ from rl_lightning import keys, stop
 from rl_lightning.algos.base import RLModule
 from rl_lightning.algos.histograms import histograms_check, policy_histograms
 from rl_lightning.algos.init_weights import load_init_weights
+from rl_lightning.algos.magnet import Magnet
 from rl_lightning.algos.optimizer_steps import OptimizerSteps
 from rl_lightning.algos.selfplay_targets import TRAIN_KEY, selfplay_targets
 from rl_lightning.envs.base import ACTION_KINDS, EnvSpec, require_action_kind
@@ -101,6 +102,9 @@ class PPO(RLModule):
         histograms_every_n_updates: every this many updates, write TensorBoard histograms of the rollout's
             advantages, returns and values, the policy's logits (or means and log-std) and the normaliser
             statistics (the ``Histograms`` callback); ``None`` (default) writes none and costs nothing.
+        magnet: add ``coef · KL(π ‖ magnet)`` to the loss (Magnetic Mirror Descent; ``algos/magnet.py``): ``uniform``,
+            ``ema`` or ``initial`` (the ``init_weights`` policy), or ``{kind, coef, schedule: constant | linear |
+            exponential, final_coef, decay_env_steps, ema_tau}``; logs ``train/magnet_kl``. ``None``: off.
     """
 
     family = "ppo"
@@ -137,6 +141,7 @@ class PPO(RLModule):
         compile_update: bool = False,
         init_weights: str | None = None,
         histograms_every_n_updates: int | None = None,
+        magnet: str | dict[str, Any] | None = None,
     ) -> None:
         super().__init__(env_spec)
         self.save_hyperparameters()
@@ -173,6 +178,7 @@ class PPO(RLModule):
         self._value_when_acting = share_encoder and any(True for _ in self.encoder.parameters())
         if init_weights:  # after every weight and buffer exists; before any trainer or env (one-line refusals)
             self.parent_digest = load_init_weights(self, init_weights, families=("bc", "ppo"))
+        self.magnet = None if magnet is None else Magnet(self, magnet)  # after init_weights: ``initial`` copies them
 
     # ----- acting -------------------------------------------------------------------------------------------
     def _obs(self, td: TensorDict) -> torch.Tensor | TensorDict:
@@ -391,6 +397,8 @@ class PPO(RLModule):
                 group["lr"] = frac * hp.lr
         if hp.anneal_clip and self.total_env_steps:  # SB3 counts the rollout just collected (lr above does not)
             self.clip_now.fill_(hp.clip_coef * (1.0 - min(self.env_steps, self.total_env_steps) / self.total_env_steps))
+        if self.magnet is not None:
+            self.magnet.before_update(self)
         stats = self.update(batch, optimizer)
         if self.keep_histogram_source:  # the Histograms callback reads it after this step, then drops it
             self.histogram_source = batch
@@ -504,7 +512,8 @@ class PPO(RLModule):
             hp.vf_coef,
             hp.ent_coef,
         )
-        return terms["loss"], torch.stack([terms[name] for name in TERM_NAMES[:-1]]).detach()
+        loss = terms["loss"] if self.magnet is None else terms["loss"] + self.magnet.loss(self, mb)
+        return loss, torch.stack([terms[name] for name in TERM_NAMES[:-1]]).detach()
 
     @torch.no_grad()
     def histogram_tensors(self) -> dict[str, torch.Tensor]:
@@ -533,6 +542,8 @@ class PPO(RLModule):
             metrics["policy/std"] = self.log_std.detach().exp().mean()
         for key, value in rollout_stats.items():
             metrics[key] = value
+        if self.magnet is not None:
+            metrics.update(self.magnet.metrics())
         self.log_update(metrics)
 
 

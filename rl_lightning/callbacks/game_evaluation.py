@@ -17,6 +17,7 @@ from rl_lightning.env_step_log import log_at_env_step, publish_to_callbacks
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.errors import ConfigError
 from rl_lightning.games import panel as panels
+from rl_lightning.games.exploitability import MAX_STATES, InfoStateTable
 from rl_lightning.games.match import PolicyBot
 from rl_lightning.games.summary import match_metrics
 
@@ -39,6 +40,11 @@ class GameEvaluation(Callback):
     With ``rating_games > 0`` a round robin of the policy and the whole panel gives ``eval/rating/<name>`` (Elo,
     ``random`` = 0 when it plays; ``rl_lightning.games.rating``). The values also go to
     ``trainer.callback_metrics`` (``RLCheckpoint``/``EarlyStopping`` monitors). Every rank plays the same panels.
+    With ``exploitability`` (two-player zero-sum OpenSpiel games small enough to enumerate) each evaluation also
+    logs ``eval/exploitability`` and ``eval/nash_conv`` of the policy's action distribution (sampled, whatever
+    ``deterministic`` says for the matches), by OpenSpiel's best
+    response over every information state (``rl_lightning.games.exploitability``), and ``eval/exploitability_s``,
+    its wall time.
 
     Args:
         every_n_updates: evaluate after every this many learner updates.
@@ -54,6 +60,10 @@ class GameEvaluation(Callback):
         env: the game to play; ``None`` builds one like the datamodule's (same constructor arguments).
         seed: every evaluation replays the same deals from this seed.
         batch_size: games played at once.
+        exploitability: also measure exploitability and NashConv; a game that is not two-player zero-sum, or has
+            more than ``max_exploitability_states`` decision states, is refused at setup. ``opponents`` may then be
+            ``[]`` (no matches).
+        max_exploitability_states: the cap on the decision states enumerated (tic-tac-toe has 294,778).
     """
 
     def __init__(
@@ -68,10 +78,12 @@ class GameEvaluation(Callback):
         env: TorchEnv | None = None,
         seed: int = 12_345,
         batch_size: int = 256,
+        exploitability: bool = False,
+        max_exploitability_states: int = MAX_STATES,
     ) -> None:
         self.cadence = Cadence("GameEvaluation", every_n_updates, every_n_env_steps)
-        self.opponents = panels.check_opponents(["random", "heuristic"] if opponents is None else opponents,
-                                         "GameEvaluation")  # fmt: skip
+        self.opponents = [] if exploitability and opponents == [] else panels.check_opponents(
+            ["random", "heuristic"] if opponents is None else opponents, "GameEvaluation")  # fmt: skip
         for name, value, least in (("num_games", num_games, 1), ("batch_size", batch_size, 1),
                                    ("rating_games", rating_games or 0, 0)):  # fmt: skip
             if value < least:
@@ -83,6 +95,8 @@ class GameEvaluation(Callback):
         self.eval_seconds = 0.0
         self.history: list[dict[str, float]] = []
         self._built_env: TorchEnv | None = None
+        self.exploitability, self.max_exploitability_states = exploitability, max_exploitability_states
+        self._table: InfoStateTable | None = None
 
     @property
     @override
@@ -98,6 +112,8 @@ class GameEvaluation(Callback):
         env = self.game_env(trainer)
         seats = env.spec.num_seats
         self._panel(trainer, env, pl_module)  # an opponent that cannot play fails now, before any training
+        if self.exploitability and self._table is None:  # a game it cannot enumerate fails now too
+            self._table = InfoStateTable(env, self.max_exploitability_states, "GameEvaluation")
         for name, games in (("num_games", self.num_games), ("rating_games", self.rating_games or 0)):
             if games % seats:
                 fit = (games // seats + 1) * seats
@@ -151,7 +167,7 @@ class GameEvaluation(Callback):
             results = panels.play_panel(env, policy, panel, deals, self.seed, self.duplicate, self.batch_size)
             ratings = {}
             rating_games = self.num_games if self.rating_games is None else self.rating_games
-            if rating_games:
+            if rating_games and panel:
                 played = {(panels.POLICY, name): result for name, result in results.items()}
                 ratings = panels.rating_table(env, [policy, *panel], played, rating_games // env.spec.num_seats,
                                        self.seed, self.duplicate, self.batch_size)  # fmt: skip
@@ -159,8 +175,24 @@ class GameEvaluation(Callback):
             pl_module.train(was_training)
         metrics = {f"{prefix}/vs_{name}/{key}": value for name, result in results.items()
                    for key, value in match_metrics(result).items()}  # fmt: skip
+        if self.exploitability:
+            metrics.update(self._exploitability(env, pl_module, prefix))
         metrics.update({f"{prefix}/rating/{name}": value for name, value in ratings.items()})
         return metrics
+
+    def _exploitability(self, env: TorchEnv, pl_module: Any, prefix: str) -> dict[str, float]:
+        """``{prefix}/exploitability``, ``{prefix}/nash_conv`` and ``{prefix}/exploitability_s`` (its wall time)."""
+        start = time.perf_counter()
+        if self._table is None:
+            self._table = InfoStateTable(env, self.max_exploitability_states, "GameEvaluation")
+        was_training = pl_module.training
+        pl_module.eval()
+        try:
+            values = self._table.evaluate(pl_module)  # the action distribution, whatever the matches play
+        finally:
+            pl_module.train(was_training)
+        values["exploitability_s"] = time.perf_counter() - start
+        return {f"{prefix}/{key}": value for key, value in values.items()}
 
     def _panel(self, trainer: pl.Trainer, env: TorchEnv, pl_module: Any) -> list[panels.Player]:
         """The opponents now (the league's snapshots change between evaluations)."""

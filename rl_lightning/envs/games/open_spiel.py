@@ -294,6 +294,12 @@ class OpenSpielEnv(TurnBasedGameEnv):
         buffers.legal.append(state.legal_actions())
         buffers.is_first[index] = row.steps == 0
 
+    def seat_observation(self, state: Any, seat: int) -> np.ndarray:
+        """A copy of what seat ``seat`` observes in the ``pyspiel.State`` ``state``: the network input this env emits
+        when that seat acts there (exploitability enumerates every information state through it)."""
+        self._observer.set_from(state, seat)
+        return self._view.copy()
+
     def _write_score(self, row: _Row, score: np.ndarray) -> None:
         state = row.state
         score[:] = [state.points(seat) for seat in range(len(score))] if self._points else state.returns()

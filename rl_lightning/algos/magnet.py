@@ -1,0 +1,133 @@
+"""PPO's magnet regulariser (``model.magnet``): the magnet policy, its weight on a schedule over env steps, and the
+``train/magnet_kl`` / ``train/magnet_coef`` it logs. The term itself is ``objectives/magnet.py``.
+
+Magnets: ``uniform`` (uniform over the legal actions: entropy regularisation, as MMD and Rudolph et al. 2026 use),
+``ema`` (an exponential moving average of the policy's own weights, updated before each update by
+``θ_ρ ← θ_ρ + ema_tau · (θ − θ_ρ)``: the EMAgnet form of a moving magnet) and ``initial`` (the weights the run
+started from, frozen: after ``init_weights`` a behaviour-cloned policy pulls the learner back toward its clone).
+The magnet's weights are buffers: checkpointed with the module (a resumed EMA continues), never optimised.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from rl_lightning import keys
+from rl_lightning.errors import ConfigError
+from rl_lightning.objectives.magnet import SCHEDULES, magnet_kl, magnet_weight
+
+MAGNETS = ("uniform", "ema", "initial")
+_FIELDS = {"kind": str, "coef": float, "schedule": str, "final_coef": float, "decay_env_steps": int, "ema_tau": float}
+_NETS = ("encoder", "actor")  # what the magnet copies: the policy's path from observation to logits
+
+
+def magnet_settings(spec: str | dict[str, Any]) -> dict[str, Any]:
+    """``model.magnet`` checked: a magnet name (``initial``) or ``{kind, coef, schedule, final_coef,
+    decay_env_steps, ema_tau}``; defaults filled in. One-line ``ConfigError`` naming the bad field."""
+    settings: dict[str, Any] = {"kind": "uniform", "coef": 0.05, "schedule": "constant", "final_coef": 0.0,
+                                "decay_env_steps": None, "ema_tau": 0.01}  # fmt: skip
+    given = {"kind": spec} if isinstance(spec, str) else dict(spec)
+    for key, value in given.items():
+        if key not in _FIELDS:
+            raise ConfigError(f"model.magnet.{key}: not a magnet setting; the settings are {sorted(_FIELDS)}")
+        if value is not None and not isinstance(value, (int, float) if _FIELDS[key] is float else _FIELDS[key]):
+            raise ConfigError(f"model.magnet.{key}={value!r}: expected a {_FIELDS[key].__name__}")
+        settings[key] = value
+    checks = [
+        ("kind", settings["kind"] in MAGNETS, f"choose one of {list(MAGNETS)}"),
+        ("schedule", settings["schedule"] in SCHEDULES, f"choose one of {list(SCHEDULES)}"),
+        ("coef", settings["coef"] >= 0, "use a weight >= 0"),
+        ("final_coef", settings["final_coef"] >= 0, "use a weight >= 0"),
+        ("final_coef", settings["schedule"] != "exponential" or min(settings["coef"], settings["final_coef"]) > 0,
+         "an exponential decay needs coef and final_coef > 0"),
+        ("decay_env_steps", settings["decay_env_steps"] is None or settings["decay_env_steps"] > 0,
+         "use a positive number of env steps, or null for data.total_env_steps"),
+        ("ema_tau", 0 < settings["ema_tau"] <= 1, "use a rate in (0, 1]"),
+    ]  # fmt: skip
+    for field, ok, fix in checks:
+        if not ok:
+            raise ConfigError(f"model.magnet.{field}={settings[field]!r}: {fix}")
+    return settings
+
+
+class Magnet(nn.Module):
+    """The magnet of one PPO module: ``loss(module, mb)`` to add to a minibatch's loss, ``before_update(module)``
+    once per update (EMA step, weight for the update), ``metrics()`` for the update's log.
+
+    Args:
+        module: the PPO whose policy is regularised (after ``init_weights`` was loaded: ``initial`` copies it).
+        spec: ``model.magnet`` (``magnet_settings``).
+    """
+
+    def __init__(self, module: Any, spec: str | dict[str, Any]) -> None:
+        super().__init__()
+        self.settings = magnet_settings(spec)
+        if module.hparams.get("compile_update"):
+            raise ConfigError("model.magnet with model.compile_update=true: the magnet term is not compiled; set "
+                              "compile_update: false")  # fmt: skip
+        if module.env_spec.action_kind != "discrete":
+            raise ConfigError(f"model.magnet regularises a categorical policy; this env's actions are "
+                              f"{module.env_spec.action_kind}: drop model.magnet")  # fmt: skip
+        self.names: dict[str, list[str]] = {}
+        if self.settings["kind"] != "uniform":
+            for net in _NETS:
+                self.names[net] = [name for name, _ in getattr(module, net).named_parameters()]
+                for name, param in getattr(module, net).named_parameters():
+                    self.register_buffer(_buffer(net, name), param.detach().clone())
+        self.coef = self.settings["coef"]
+        self._kl_sum: torch.Tensor | None = None
+        self._steps = 0
+
+    def _weights(self, net: str) -> dict[str, torch.Tensor]:
+        return {name: getattr(self, _buffer(net, name)) for name in self.names[net]}
+
+    def magnet_logits(self, module: Any, obs: Any) -> torch.Tensor | None:
+        """The magnet's logits on (normalised) observations; ``None`` for the uniform magnet."""
+        if not self.names:
+            return None
+        features = functional_call(module.encoder, self._weights("encoder"), (obs,))
+        return functional_call(module.actor, self._weights("actor"), (features,))
+
+    def loss(self, module: Any, mb: dict[str, Any]) -> torch.Tensor:
+        """``coef · mean KL(π_θ ‖ ρ)`` over the minibatch's rows (``obs`` already normalised, ``action_mask``)."""
+        obs, mask = mb[keys.OBS], mb.get(keys.ACTION_MASK)
+        kl = magnet_kl(module.actor(module.encoder(obs)), self.magnet_logits(module, obs), mask).mean()
+        detached = kl.detach()
+        self._kl_sum = detached if self._kl_sum is None else self._kl_sum + detached
+        self._steps += 1
+        return self.coef * kl
+
+    @torch.no_grad()
+    def before_update(self, module: Any) -> None:
+        """Move an ``ema`` magnet toward the current weights and set this update's weight from the env steps."""
+        if self.settings["kind"] == "ema":
+            for net in _NETS:
+                params = dict(getattr(module, net).named_parameters())
+                weights = self._weights(net)
+                if weights:
+                    targets = [params[name].detach() for name in weights]
+                    torch._foreach_lerp_(list(weights.values()), targets, self.settings["ema_tau"])
+        decay = self.settings["decay_env_steps"] or module.total_env_steps
+        if self.settings["schedule"] != "constant" and not decay:
+            schedule = self.settings["schedule"]
+            raise ConfigError(f"model.magnet.schedule={schedule!r} decays over model.magnet.decay_env_steps or "
+                              "data.total_env_steps, and neither is set; set one")  # fmt: skip
+        progress = module.env_steps / decay if decay else 0.0
+        s = self.settings
+        self.coef = magnet_weight(s["schedule"], s["coef"], s["final_coef"], progress)
+
+    def metrics(self) -> dict[str, torch.Tensor]:
+        """``train/magnet_kl`` (mean over the update's minibatches) and ``train/magnet_coef``; resets the sums."""
+        out = {"train/magnet_coef": torch.tensor(self.coef)}
+        if self._kl_sum is not None:
+            out["train/magnet_kl"] = self._kl_sum / self._steps
+        self._kl_sum, self._steps = None, 0
+        return out
+
+
+def _buffer(net: str, name: str) -> str:
+    return f"{net}__{name.replace('.', '__')}"

@@ -1,0 +1,178 @@
+"""The magnet term (``objectives/magnet.py``) against a hand-written KL with legal-action masks, its schedules, its
+settings refused in one line, and its wiring into PPO (``model.magnet``: logged, EMA and initial magnets, off by
+default, checkpointed)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from rl_lightning.algos import PPO
+from rl_lightning.algos.magnet import Magnet, magnet_settings
+from rl_lightning.errors import ConfigError
+from rl_lightning.objectives.magnet import magnet_kl, magnet_weight
+from tests.game_match_toys import HighCard
+from tests.helpers import tiny_ppo, trainer
+
+
+def _naive_kl(logits: torch.Tensor, magnet: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
+    """KL(π ‖ ρ) row by row over the legal actions only, written out with Python loops."""
+    rows = []
+    for row in range(len(logits)):
+        legal = [a for a in range(logits.shape[1]) if mask[row, a]]
+        z = sum(torch.exp(logits[row, a]) for a in legal)
+        zq = None if magnet is None else sum(torch.exp(magnet[row, a]) for a in legal)
+        total = logits.new_zeros(())
+        for a in legal:
+            p = torch.exp(logits[row, a]) / z
+            q = 1.0 / len(legal) if magnet is None else torch.exp(magnet[row, a]) / zq
+            total = total + p * (torch.log(p) - torch.log(torch.as_tensor(q, dtype=logits.dtype)))
+        rows.append(total)
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+def test_value_and_gradient_match_a_hand_written_masked_kl(uniform: bool) -> None:
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 5, generator=gen, dtype=torch.float64, requires_grad=True)
+    magnet = None if uniform else torch.randn(6, 5, generator=gen, dtype=torch.float64)
+    mask = torch.rand(6, 5, generator=gen) < 0.6
+    mask[:, 0] = True  # every row has a legal action
+    mask[1] = torch.tensor([True, False, False, False, False])  # a single legal action: KL 0
+    weights = torch.rand(6, generator=gen, dtype=torch.float64)  # a weighted sum tests every row's gradient
+    ours = magnet_kl(logits, magnet, mask)
+    naive = _naive_kl(logits, magnet, mask)
+    torch.testing.assert_close(ours, naive)
+    (grad,) = torch.autograd.grad((ours * weights).sum(), logits)
+    (naive_grad,) = torch.autograd.grad((naive * weights).sum(), logits)
+    torch.testing.assert_close(grad, naive_grad)
+    assert ours[1] == 0
+    assert torch.all(grad[~mask] == 0)  # illegal actions get no gradient
+
+
+def test_uniform_magnet_is_log_legal_minus_entropy_and_the_magnet_gets_no_gradient() -> None:
+    logits = torch.tensor([[0.3, -1.0, 2.0, 0.0]])
+    mask = torch.tensor([[True, True, False, True]])
+    p = torch.softmax(logits.masked_fill(~mask, -math.inf), -1)
+    entropy = -(p[mask] * p[mask].log()).sum()
+    assert magnet_kl(logits, None, mask).item() == pytest.approx(math.log(3) - entropy.item(), abs=1e-6)
+    magnet = torch.zeros(1, 4, requires_grad=True)
+    magnet_kl(logits.requires_grad_(), magnet, mask).sum().backward()
+    assert magnet.grad is None
+
+
+def test_schedules() -> None:
+    assert magnet_weight("constant", 0.2, 0.0, 0.7) == 0.2
+    assert magnet_weight("linear", 0.2, 0.0, 0.5) == pytest.approx(0.1)
+    assert magnet_weight("linear", 0.2, 0.0, 3.0) == 0.0  # held at the end
+    assert magnet_weight("exponential", 0.1, 0.001, 0.5) == pytest.approx(0.01)
+    assert magnet_weight("exponential", 0.1, 0.001, 1.0) == pytest.approx(0.001)
+    assert magnet_weight("exponential", 0.1, 0.001, 0.0) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"kind": "ema", "tau": 0.1}, r"model.magnet.tau: not a magnet setting; the settings are \["),
+    ("average", r"model.magnet.kind='average': choose one of \['uniform', 'ema', 'initial'\]"),
+    ({"schedule": "cosine"}, r"model.magnet.schedule='cosine': choose one of"),
+    ({"schedule": "exponential", "final_coef": 0.0}, r"final_coef=0.0: an exponential decay needs coef and final"),
+    ({"coef": -1.0}, r"model.magnet.coef=-1.0: use a weight >= 0"),
+    ({"coef": "big"}, r"model.magnet.coef='big': expected a float"),
+    ({"kind": "ema", "ema_tau": 0.0}, r"ema_tau=0.0: use a rate in \(0, 1\]"),
+])  # fmt: skip
+def test_bad_settings_are_refused_in_one_line(spec: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as err:
+        magnet_settings(spec)  # type: ignore[arg-type]
+    assert "\n" not in str(err.value)
+
+
+def test_magnet_is_off_by_default_and_refused_with_compile_or_continuous_actions() -> None:
+    module, _ = tiny_ppo()
+    assert module.magnet is None
+    with pytest.raises(ConfigError, match="compile_update=true"):
+        tiny_ppo(magnet="uniform", compile_update=True)
+    from rl_lightning.envs import Pendulum
+
+    with pytest.raises(ConfigError, match="categorical policy; this env's actions are box"):
+        tiny_ppo(env=Pendulum(), magnet="uniform")
+
+
+def _selfplay(magnet: object, **kwargs: object) -> tuple[PPO, object]:
+    from rl_lightning.data import OnPolicyDataModule
+
+    env = HighCard(seats=2)
+    datamodule = OnPolicyDataModule(env, num_envs=4, num_steps=8, total_env_steps=96, seats={0: "self", 1: "self"})
+    module = PPO(env_spec=env.spec, hidden_sizes=(8,), update_epochs=1, num_minibatches=2, magnet=magnet, **kwargs)
+    return module, datamodule
+
+
+def test_fit_logs_the_kl_and_the_scheduled_weight(tmp_path: Path) -> None:
+    module, datamodule = _selfplay({"kind": "uniform", "coef": 0.4, "schedule": "linear", "final_coef": 0.0})
+    seen: list[dict[str, float]] = []
+
+    class Record(Callback):  # reads each update's published metrics
+        def on_train_batch_end(self, trainer: object, *args: object) -> None:
+            metrics = trainer.callback_metrics  # type: ignore[attr-defined]
+            seen.append({k: float(metrics[k]) for k in ("train/magnet_kl", "train/magnet_coef")})
+
+    trainer(tmp_path, [Record()]).fit(module, datamodule)
+    # each update's weight is set from the env steps collected so far, its own rollout included: 32, 64, 96 of 96
+    coefs = [entry["train/magnet_coef"] for entry in seen]
+    assert coefs == pytest.approx([0.4 * (1 - steps / 96) for steps in (32, 64, 96)], abs=1e-6)
+    assert all(0 <= entry["train/magnet_kl"] <= math.log(3) + 1e-6 for entry in seen)
+
+
+def test_ema_magnet_trails_the_weights_and_initial_stays_put(tmp_path: Path) -> None:
+    ema, datamodule = _selfplay({"kind": "ema", "ema_tau": 0.5})
+    start = {k: v.clone() for k, v in ema.magnet.state_dict().items()}
+    assert all(torch.equal(start[f"actor__{name.replace('.', '__')}"], p) for name, p in ema.actor.named_parameters())
+    trainer(tmp_path, []).fit(ema, datamodule)
+    # after the last update the magnet is the EMA up to the weights before it: between the start and the weights now
+    for name, param in ema.actor.named_parameters():
+        buffer = ema.magnet.state_dict()[f"actor__{name.replace('.', '__')}"]
+        assert not torch.equal(buffer, start[f"actor__{name.replace('.', '__')}"])
+        assert not torch.equal(buffer, param.detach())
+    frozen, datamodule = _selfplay({"kind": "initial", "coef": 1.0})
+    start = {k: v.clone() for k, v in frozen.magnet.state_dict().items()}
+    trainer(tmp_path, []).fit(frozen, datamodule)
+    assert all(torch.equal(v, start[k]) for k, v in frozen.magnet.state_dict().items())
+    assert any(not torch.equal(p, start[f"actor__{n.replace('.', '__')}"]) for n, p in frozen.actor.named_parameters())
+
+
+def test_magnet_weights_are_checkpointed_buffers_never_optimised() -> None:
+    module, _ = _selfplay("ema")
+    names = [name for name, _ in module.named_parameters()]
+    assert not any(name.startswith("magnet") for name in names)
+    assert any(key.startswith("magnet.actor__") for key in module.state_dict())
+    twin, _ = _selfplay("ema")
+    twin.load_state_dict(module.state_dict())
+    restored, saved = twin.magnet.state_dict(), module.magnet.state_dict()
+    assert all(torch.equal(restored[key], saved[key]) for key in saved)
+
+
+def test_the_term_pulls_the_policy_toward_the_magnet() -> None:
+    """One minibatch's loss gradient with the magnet term is the PPO loss's plus coef × the KL's gradient."""
+    module, datamodule = _selfplay({"kind": "initial", "coef": 0.7})
+    plain, _ = _selfplay(None)
+    plain.load_state_dict({k: v for k, v in module.state_dict().items() if not k.startswith("magnet")})
+    with torch.no_grad():  # move the policy away from its initial weights so the KL is not 0
+        for param in module.actor.parameters():
+            param.add_(0.3 * torch.randn_like(param))
+        for mine, other in zip(module.actor.parameters(), plain.actor.parameters()):
+            other.copy_(mine)
+    gen = torch.Generator().manual_seed(1)
+    obs = torch.randn(8, *module.env_spec.obs_shape, generator=gen)
+    mask = torch.ones(8, module.env_spec.num_actions, dtype=torch.bool)
+    mb = {"obs": obs, "action_mask": mask, "action": torch.zeros(8, dtype=torch.long), "logprob": torch.zeros(8),
+          "value": torch.zeros(8), "advantage": torch.randn(8, generator=gen), "return": torch.zeros(8)}  # fmt: skip
+    with_magnet = torch.autograd.grad(module.minibatch_loss(mb)[0], list(module.actor.parameters()))
+    without = torch.autograd.grad(plain.minibatch_loss(mb)[0], list(plain.actor.parameters()))
+    kl = magnet_kl(module.actor(obs), module.magnet.magnet_logits(module, obs), mask).mean()
+    kl_grad = torch.autograd.grad(kl, list(module.actor.parameters()))
+    for a, b, c in zip(with_magnet, without, kl_grad):
+        torch.testing.assert_close(a, b + 0.7 * c)
+    assert isinstance(module.magnet, Magnet)
+    assert kl.item() > 0
