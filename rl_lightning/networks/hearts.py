@@ -85,19 +85,20 @@ class HeartsFeatures(nn.Module):
         passed = x[:, _PASSED : _PASSED + NUM_CARDS]
         received = x[:, _RECEIVED : _RECEIVED + NUM_CARDS]
         pass_dir = x[:, :4]
+        # Each reduction reads the 4,732 trick slots once; everything after works on small tensors (the decoding costs
+        # about as much as the first layer of a 516-wide network, not more).
         slots = x[:, _TRICKS:].reshape(-1, NUM_TRICKS, SLOTS, NUM_CARDS)
-        # Fold the 7 slots onto the 4 seats (slots 4, 5, 6 are seats N, E, S again): [N, 13, 4, 52].
-        by_seat = slots[:, :, :NUM_SEATS] + F.pad(slots[:, :, NUM_SEATS:], (0, 0, 0, 1))
-        played = by_seat.sum((1, 2))  # [N, 52]
+        seat_cards = _fold(slots.sum(1))  # [N, 4, 52]: each seat's cards played this hand
+        played = seat_cards.sum(1)  # [N, 52]
         count = played.sum(-1)  # cards played in the hand
         trick = torch.clamp(torch.floor(count / 4), max=NUM_TRICKS - 1)  # the current trick (empty when leading)
         in_trick = count - 4 * torch.floor(count / 4)
-        trick_hot = (trick.unsqueeze(-1) == torch.arange(NUM_TRICKS, device=x.device)).float()  # [N, 13]
-        current_slots = (trick_hot[:, :, None, None] * slots).sum(1)  # [N, 7, 52]
-        current = (trick_hot[:, :, None, None] * by_seat).sum(1)  # [N, 4, 52] by absolute seat
+        index = trick.long()[:, None, None, None].expand(-1, 1, SLOTS, NUM_CARDS)
+        current_slots = torch.gather(slots, 1, index).squeeze(1)  # [N, 7, 52]
+        current = _fold(current_slots)  # [N, 4, 52] by absolute seat
         leader = _first(current_slots.sum(-1) > 0).float()  # the current trick's leader (0 when empty)
         mine = (x[:, _DEALT : _DEALT + NUM_CARDS] - passed + received) * (1.0 - hand)  # cards this seat played
-        votes = (by_seat.sum(1) * mine.unsqueeze(1)).sum(-1)  # [N, 4]: this seat's cards in each seat's slots
+        votes = (seat_cards * mine.unsqueeze(1)).sum(-1)  # [N, 4]: this seat's cards in each seat's slots
         me = torch.where(votes.sum(-1) > 0, _first(votes > 0).float(), _mod4(leader + in_trick))
         # rotate[n, r, a] = 1 where absolute seat a is seat r counted from the acting seat.
         rotate = (_mod4(me.unsqueeze(-1) + self.seats).unsqueeze(-1) == self.seats).float()  # [N, 4, 4]
@@ -105,28 +106,32 @@ class HeartsFeatures(nn.Module):
         led_suit = _suits(led) * (in_trick > 0).unsqueeze(-1).float()
         points = x[:, _POINTS : _POINTS + 4 * POINT_WIDTH].reshape(-1, 4, POINT_WIDTH).sum(-1)
         points = (rotate @ (points - POINT_OFFSET).unsqueeze(-1)).squeeze(-1) / 26.0
-        current_rel = (rotate @ current.reshape(-1, NUM_SEATS, NUM_CARDS))[:, 1:].reshape(-1, 3 * NUM_CARDS)
-        finished = played - current.sum(1)
-        voids = (rotate @ self._voids(slots, by_seat).reshape(-1, NUM_SEATS, 4)).reshape(-1, 16)
+        current_rel = (rotate @ current)[:, 1:].reshape(-1, 3 * NUM_CARDS)
+        voids = (rotate @ _voids(slots)).reshape(-1, 16)
         broken = ((_suits(played)[:, HEARTS] + played[:, QUEEN_OF_SPADES]) > 0).float().unsqueeze(-1)
         not_received = (received.sum(-1, keepdim=True) == 0).float()
         passing = (1.0 - pass_dir[:, :1]) * not_received * (count == 0).float().unsqueeze(-1)
+        trick_hot = (trick.unsqueeze(-1) == torch.arange(NUM_TRICKS, device=x.device)).float()
         features = [
             hand, pass_dir, passing, passed, received, current_rel, led_suit,
-            (in_trick.unsqueeze(-1) == self.seats).float(), finished, points,
+            (in_trick.unsqueeze(-1) == self.seats).float(), played - current.sum(1), points,
             (current.sum(1) @ self.card_points).unsqueeze(-1) / 26.0, voids, broken,
             passed * (1.0 - played), torch.clamp(1.0 - hand - played, min=0.0), trick_hot,
         ]  # fmt: skip
         return torch.cat(features, -1).reshape(*lead, OUT_DIM)
 
-    @staticmethod
-    def _voids(slots: torch.Tensor, by_seat: torch.Tensor) -> torch.Tensor:
-        """``[N, 4, 4]``: whether absolute seat ``s`` has shown void in suit ``u`` (played off a led suit)."""
-        filled = slots.sum(-1) > 0  # [N, 13, 7]
-        leader = _first(filled)  # [N, 13]
-        led = torch.gather(slots, 2, leader[:, :, None, None].expand(-1, -1, 1, NUM_CARDS)).squeeze(2)  # [N, 13, 52]
-        led_suit = _suits(led)  # [N, 13, 4]
-        suits = _suits(by_seat)  # [N, 13, 4, 4]: suit of each seat's card in each trick
-        followed = (suits * led_suit.unsqueeze(2)).sum(-1)  # [N, 13, 4]
-        off_suit = suits.sum(-1) * (1.0 - followed)  # the seat played a card, not of the led suit
-        return torch.clamp((off_suit.unsqueeze(-1) * led_suit.unsqueeze(2)).sum(1), max=1.0)
+
+def _fold(slots: torch.Tensor) -> torch.Tensor:
+    """``[..., 7, C]`` slots (seats N E S W N E S) → ``[..., 4, C]`` per seat."""
+    return slots[..., :NUM_SEATS, :] + F.pad(slots[..., NUM_SEATS:, :], (0, 0, 0, 1))
+
+
+def _voids(slots: torch.Tensor) -> torch.Tensor:
+    """``[N, 4, 4]``: whether absolute seat ``s`` has shown void in suit ``u`` (played off a led suit)."""
+    suits = slots.reshape(*slots.shape[:-1], NUM_TRICKS, 4).sum(-2)  # [N, 13, 7, 4]: each slot's card's suit
+    leader = _first(suits.sum(-1) > 0)  # [N, 13]: each trick's first filled slot
+    led_suit = torch.gather(suits, 2, leader[:, :, None, None].expand(-1, -1, 1, 4)).squeeze(2)  # [N, 13, 4]
+    seat_suits = _fold(suits)  # [N, 13, 4, 4]: the suit of each seat's card in each trick
+    followed = (seat_suits * led_suit.unsqueeze(2)).sum(-1)  # [N, 13, 4]
+    off_suit = seat_suits.sum(-1) * (1.0 - followed)  # the seat played a card, not of the led suit
+    return torch.clamp((off_suit.unsqueeze(-1) * led_suit.unsqueeze(2)).sum(1), max=1.0)
