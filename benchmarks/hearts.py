@@ -2,6 +2,7 @@
 the judge of their checkpoints (points per hand against three random seats and among three HeartsHeuristic).
 
     python benchmarks/hearts.py --sections profile --steps 20480 --encoders mlp,hearts
+    python benchmarks/hearts.py --sections cost --encoders mlp,hearts --updates 4
     python benchmarks/hearts.py --sections fit --seeds 1,2,3 --jobs 3 --minutes 60 --workdir /tmp/hearts
     python benchmarks/hearts.py --sections judge --ckpts RUN/last.ckpt,... --hands 2000
 
@@ -9,6 +10,9 @@ profile: a short fit of ``ppo_hearts.yaml`` (``--steps`` env steps, each ``--enc
 ``model.encoder``) under cProfile with a CPU-time clock (``time.process_time``), so other jobs on a shared machine do
 not count; prints the share of the fit's CPU in the update, the rollout (the policy's forward, the engine, league and
 bot seats), evaluation and start-up.
+
+cost: CPU milliseconds per 2,048-decision update (64 games x 32 ticks) in its three parts, the rollout, the critic
+and credit (``process_rollout``) and the PPO update, per ``--encoders`` entry.
 
 fit: ``rl-lightning fit --config ppo_hearts.yaml`` (plus ``--extra`` arguments) once per seed in ``--seeds``,
 ``--jobs`` at a time (one torch thread each, ``nice``), each stopped after ``--minutes`` (SIGTERM: last.ckpt is
@@ -75,6 +79,42 @@ def run_profile(steps: int, encoders: list[str], workdir: Path) -> None:
               f"second of the fit), wall {wall:.0f} s on the shared machine")  # fmt: skip
         for label, key in PARTS.items():
             print(f"  {label:55s} {cumulative.get(key, 0.0):7.1f} CPU s  {cumulative.get(key, 0.0) / total:6.1%}")
+
+
+def run_cost(encoders: list[str], updates: int) -> None:
+    """CPU milliseconds per 2,048-decision update of ``ppo_hearts.yaml``'s shape (64 games x 32 ticks, every seat
+    self, trick rewards), split into the rollout (policy forward and engine), ``process_rollout`` and the update."""
+    import torch
+
+    from rl_lightning.algos import PPO
+    from rl_lightning.algos.ppo import TRAIN_KEY
+    from rl_lightning.data.league import SeatPlayers
+    from rl_lightning.data.selfplay import SelfPlayCollector
+    from rl_lightning.envs.base import BatchedEnv
+    from rl_lightning.envs.games import OpenSpielEnv
+
+    for encoder in encoders:
+        env = BatchedEnv(OpenSpielEnv("open_spiel:hearts", reward="trick"), 64, seed=0)
+        module = PPO(env.spec, hidden_sizes=(256, 256), gamma=1.0, ent_coef=0.01, encoder=encoder)
+        collector = SelfPlayCollector(env, SeatPlayers(["self"] * 4, None, env.device), seed=0)
+        policy = module.acting_policy(env.env, deterministic=False, training=True)
+        optimizer = torch.optim.Adam(module.parameters(), lr=3e-4, eps=1e-5, fused=True)
+        collector.rollout(policy, 32, 0)  # carried rows from here on
+        spent = {"rollout": 0.0, "process_rollout": 0.0, "update": 0.0}
+        for _ in range(updates):
+            start = time.process_time()
+            batch = collector.rollout(policy, 32, module.policy_version)
+            spent["rollout"] += time.process_time() - start
+            start = time.process_time()
+            flat = module.process_rollout(batch).reshape(-1)
+            spent["process_rollout"] += time.process_time() - start
+            start = time.process_time()
+            module.update(flat[flat[TRAIN_KEY]], optimizer)
+            spent["update"] += time.process_time() - start
+        parts = ", ".join(f"{k} {v / updates * 1e3:.0f} ms" for k, v in spent.items())
+        total = sum(spent.values()) / updates
+        print(f"encoder={encoder}: {parts}; {total * 1e3:.0f} ms CPU per update = {2048 / total:,.0f} decisions per "
+              "CPU second (no evaluation, league or logging)")  # fmt: skip
 
 
 def _fit(name: str, args: list[str], work: Path, minutes: float) -> subprocess.Popen:
@@ -173,9 +213,10 @@ def judge(ckpt: str, hands: int, seed: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", default="profile", help="comma list of profile,fit,clone,judge")
+    parser.add_argument("--sections", default="profile", help="comma list of profile,cost,fit,clone,judge")
     parser.add_argument("--steps", type=int, default=20_480, help="profile: env steps of each short fit")
-    parser.add_argument("--encoders", default="mlp,hearts", help="profile: model.encoder values to compare")
+    parser.add_argument("--encoders", default="mlp,hearts", help="profile, cost: model.encoder values to compare")
+    parser.add_argument("--updates", type=int, default=4, help="cost: updates timed per encoder")
     parser.add_argument("--workdir", default="bench_hearts", help="runs, logs and records go here")
     parser.add_argument("--seeds", default="1", help="fit: comma list of seeds (seed_everything)")
     parser.add_argument("--jobs", type=int, default=1, help="fit: fits at a time (one torch thread each)")
@@ -192,11 +233,13 @@ def main() -> None:
     work = Path(args.workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     sections = {s.strip() for s in args.sections.split(",") if s.strip()}
-    unknown = sections - {"profile", "fit", "clone", "judge"}
+    unknown = sections - {"profile", "cost", "fit", "clone", "judge"}
     if unknown:
-        parser.error(f"--sections: unknown {sorted(unknown)}; choose from clone,fit,judge,profile")
+        parser.error(f"--sections: unknown {sorted(unknown)}; choose from clone,cost,fit,judge,profile")
     if "profile" in sections:
         run_profile(args.steps, [e.strip() for e in args.encoders.split(",")], work)
+    if "cost" in sections:
+        run_cost([e.strip() for e in args.encoders.split(",")], args.updates)
     if "fit" in sections:
         seeds = [int(s) for s in args.seeds.split(",")]
         run_fits(seeds, args.jobs, args.minutes, shlex.split(args.extra), work, args.hands)
