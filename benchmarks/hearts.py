@@ -26,7 +26,8 @@ from the clone's weights (plus ``--extra``: a magnet toward the clone, a learnin
 
 judge: each checkpoint (PPO or BC) greedy in every seat in turn, over the same ``--hands`` / 4 duplicate deals:
 points per hand against three random seats, and among three HeartsHeuristic with the heuristic's own points in the
-same seats and deals (paired t-test over deals).
+same seats and deals (paired t-test over deals); each checkpoint after the first is also compared with the first
+(e.g. PPO from a clone against the clone) deal by deal.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -191,8 +193,9 @@ def run_clone(games: int, epochs: int, minutes: float, extra: list[str], work: P
     judge(str(ckpt), hands, seed=0)
 
 
-def judge(ckpt: str, hands: int, seed: int) -> None:
-    """``ckpt`` (greedy) against three random seats and among three HeartsHeuristic, duplicate deals."""
+def judge(ckpt: str, hands: int, seed: int) -> dict[str, Any]:
+    """``ckpt`` (greedy) against three random seats and among three HeartsHeuristic, duplicate deals; returns each
+    panel's per-deal points (the mean over the four seats of a deal), for paired comparisons between checkpoints."""
     import torch
 
     from rl_lightning.envs.games import OpenSpielEnv
@@ -203,12 +206,32 @@ def judge(ckpt: str, hands: int, seed: int) -> None:
     module = _load_module(ckpt, torch.device("cpu"))
     env = OpenSpielEnv("open_spiel:hearts")
     print(f"  {ckpt}: points per hand over {hands} hands ({hands // 4} deals x 4 seats; lower is better)")
+    per_deal = {}
     for name, opponent in (("3 x random", RandomBot()), ("3 x HeartsHeuristic", HeartsHeuristic())):
         start = time.perf_counter()
-        m = match_metrics(play_match(env, PolicyBot(module), opponent, hands // 4, seed=seed, batch_size=256))
+        result = play_match(env, PolicyBot(module), opponent, hands // 4, seed=seed, batch_size=256)
+        per_deal[name] = result.seat_scores("tested").double().mean(1)
+        m = match_metrics(result)
         print(f"    vs {name}: {m['points_per_hand']:.2f} [{m['points_per_hand_low']:.2f}, "
               f"{m['points_per_hand_high']:.2f}]; the opponent in the same seats {m['baseline_points_per_hand']:.2f}, "
               f"paired p {m['p_value']:.2g} ({time.perf_counter() - start:.0f} s)", flush=True)  # fmt: skip
+    return per_deal
+
+
+def run_judge(ckpts: list[str], hands: int) -> None:
+    """Judge each checkpoint on the same deals; each after the first is compared with the first, deal by deal."""
+    from rl_lightning.games.stats import paired_p_value
+
+    first = None
+    for ckpt in ckpts:
+        per_deal = judge(ckpt, hands, seed=0)
+        if first is None:
+            first = per_deal
+            continue
+        for name, sample in per_deal.items():
+            diff = float((sample - first[name]).mean())
+            print(f"    {name}: {diff:+.2f} points per hand against {ckpts[0]} on the same deals, paired p "
+                  f"{paired_p_value(sample, first[name]):.2g}")  # fmt: skip
 
 
 def main() -> None:
@@ -246,8 +269,7 @@ def main() -> None:
     if "clone" in sections:
         run_clone(args.bc_games, args.bc_epochs, args.minutes, shlex.split(args.extra), work, args.hands)
     if "judge" in sections:
-        for ckpt in [c.strip() for c in args.ckpts.split(",") if c.strip()]:
-            judge(ckpt, args.hands, seed=0)
+        run_judge([c.strip() for c in args.ckpts.split(",") if c.strip()], args.hands)
 
 
 if __name__ == "__main__":
