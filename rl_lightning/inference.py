@@ -40,7 +40,7 @@ def load_policy(
     seed: int = 0,
     device: str | torch.device = "cpu",
 ) -> Policy:
-    """Load any rl_lightning checkpoint (PPO, SPO, DreamerV3: read from the file) as a ``Policy``.
+    """Load any rl_lightning checkpoint (PPO, SPO, DreamerV3, a BC clone: read from the file) as a ``Policy``.
 
     Args:
         path: a ``.ckpt`` an ``rl-lightning fit`` run saved.

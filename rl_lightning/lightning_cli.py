@@ -120,9 +120,11 @@ class RLLightningCLI(LightningCLI):
         if ckpt_path is None or ckpt_path == "last":  # 'last' is found once the logger's folder is known
             return
         self._checkpoint = read_checkpoint(ckpt_path)
-        family = _model_family(config.get("model"))
+        model_class = _model_class(config.get("model"))
+        family = getattr(model_class, "family", None)
         if family:
-            check_family(self._checkpoint, family, source=f"ckpt_path={ckpt_path!r}")
+            played = getattr(model_class, "plays_families", ()) if subcommand in ("validate", "test") else ()
+            check_family(self._checkpoint, family, source=f"ckpt_path={ckpt_path!r}", accepted=played)
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> pl.Trainer:
         callbacks = [*callbacks, *self._wired_callbacks(config)]
@@ -231,14 +233,13 @@ def one_callback_per_class(callbacks: list[Any]) -> list[Any]:
     return kept
 
 
-def _model_family(model_config: Any) -> str | None:
-    """The ``family`` of the configured model class (``ppo``, ``spo``, ``dreamer``), without building it."""
+def _model_class(model_config: Any) -> type | None:
+    """The configured model class (its ``family``: ``ppo``, ``spo``, ``dreamer``...), without building it."""
     class_path = model_config.get("class_path") if isinstance(model_config, Namespace | dict) else None
     if not class_path:
         return None
     module_name, _, name = class_path.rpartition(".")
-    model_class = getattr(importlib.import_module(module_name), name, None)
-    return getattr(model_class, "family", None) or None
+    return getattr(importlib.import_module(module_name), name, None)
 
 
 def _find_last_checkpoint(trainer: pl.Trainer, required: bool) -> str | None:

@@ -48,15 +48,18 @@ def weights_digest(module: nn.Module) -> str:
     return sha.hexdigest()
 
 
-def check_family(checkpoint: dict[str, Any], family: str, source: str = "checkpoint") -> None:
-    """Raise ``ConfigError`` if ``checkpoint`` was written by another algorithm family than ``family``."""
+def check_family(
+    checkpoint: dict[str, Any], family: str, source: str = "checkpoint", accepted: tuple[str, ...] = ()
+) -> None:
+    """Raise ``ConfigError`` if ``checkpoint`` was written by another algorithm family than ``family`` (or one of
+    ``accepted``: families whose weights the model also plays, e.g. a BC clone evaluated as a PPO policy)."""
     revision = checkpoint.get(REVISION_KEY)
     if revision is None:
         raise ConfigError(
             f"{source}: has no '{REVISION_KEY}' entry, so it was not written by rl_lightning; "
             f"pass a checkpoint saved by a '{family}' run"
         )
-    if revision.get("family") != family:
+    if revision.get("family") not in (family, *accepted):
         raise ConfigError(
             f"{source}: was written by algorithm family '{revision.get('family')}', but the model is '{family}'; "
             f"resume with the same model class_path or pass a '{family}' checkpoint"

@@ -94,3 +94,13 @@ class LastLegalBot:
 
     def __call__(self, obs, action_mask, seat, generator):
         return (action_mask * torch.arange(action_mask.shape[-1], device=action_mask.device)).argmax(-1)
+
+
+class RowCountingBot(LastLegalBot):
+    """``LastLegalBot`` that records the number of rows of each call (class-level: the seat map builds its own)."""
+
+    calls: list[int] = []
+
+    def __call__(self, obs, action_mask, seat, generator):
+        RowCountingBot.calls.append(int(obs.shape[0]))
+        return super().__call__(obs, action_mask, seat, generator)

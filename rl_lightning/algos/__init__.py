@@ -10,6 +10,6 @@ from rl_lightning.algos.recurrent_ppo import RecurrentPPO
 from rl_lightning.algos.spo import SPO
 
 #: Checkpoint family (``PolicyRevision.family``) → the module class that loads it (``load_policy``, game panels).
-FAMILIES: dict[str, type[RLModule]] = {cls.family: cls for cls in (PPO, SPO, DreamerV3, RecurrentPPO)}
+FAMILIES: dict[str, type[RLModule]] = {cls.family: cls for cls in (PPO, SPO, DreamerV3, RecurrentPPO, BC)}
 
 __all__ = ["BC", "FAMILIES", "DreamerV3", "PPO", "RecurrentPPO", "RLModule", "SPO"]

@@ -36,6 +36,9 @@ class RLModule(pl.LightningModule):
     """
 
     family: ClassVar[str] = ""
+    #: Other families whose checkpoints this module can play (``validate``/``test``, never resume): PPO plays a BC
+    #: clone (the same networks).
+    plays_families: ClassVar[tuple[str, ...]] = ()
     #: Whether evaluation acts deterministically unless the ``Evaluation`` callback says otherwise.
     eval_deterministic: bool = True
     #: Set while the ``Histograms`` callback runs: the update keeps a reference to its data in ``histogram_source``
@@ -251,7 +254,8 @@ class RLModule(pl.LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        check_family(checkpoint, self.family)
+        fitting = self._trainer is None or self.trainer.state.fn not in ("validate", "test")
+        check_family(checkpoint, self.family, accepted=() if fitting else self.plays_families)
         counters = checkpoint[COUNTERS_KEY]
         self.updates = int(counters["updates"])
         self.policy_version = int(counters["policy_version"])

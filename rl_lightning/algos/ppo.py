@@ -105,9 +105,13 @@ class PPO(RLModule):
         magnet: add ``coef · KL(π ‖ magnet)`` to the loss (Magnetic Mirror Descent; ``algos/magnet.py``): ``uniform``,
             ``ema`` or ``initial`` (the ``init_weights`` policy), or ``{kind, coef, schedule: constant | linear |
             exponential, final_coef, decay_env_steps, ema_tau}``; logs ``train/magnet_kl``. ``None``: off.
+        critic_warmup_updates: for this many first updates only the value loss trains (the actor keeps its
+            ``init_weights``, e.g. a behaviour-cloned policy, while the critic learns its values, so the first policy
+            updates follow meaningful advantages). 0: off.
     """
 
     family = "ppo"
+    plays_families = ("bc",)  # ``validate``/``test`` a BC clone's checkpoint: the same networks
 
     def __init__(
         self,
@@ -141,6 +145,7 @@ class PPO(RLModule):
         init_weights: str | None = None,
         histograms_every_n_updates: int | None = None,
         magnet: str | dict[str, Any] | None = None,
+        critic_warmup_updates: int = 0,
     ) -> None:
         super().__init__(env_spec)
         self.save_hyperparameters()
@@ -512,6 +517,8 @@ class PPO(RLModule):
             hp.ent_coef,
         )
         loss = terms["loss"] if self.magnet is None else terms["loss"] + self.magnet.loss(self, mb)
+        if self.updates < hp.critic_warmup_updates:  # the critic learns the start policy's values; the actor waits
+            loss = hp.vf_coef * terms["loss_value"]
         return loss, torch.stack([terms[name] for name in TERM_NAMES[:-1]]).detach()
 
     @torch.no_grad()
@@ -558,6 +565,7 @@ def _check_hparams(hp: Any) -> None:
         ("target_kl", hp.target_kl is None or hp.target_kl > 0, "use null or a positive KL"),
         ("norm_clip_obs", hp.norm_clip_obs > 0, "use a positive bound, e.g. 10"),
         ("norm_clip_reward", hp.norm_clip_reward > 0, "use a positive bound, e.g. 10"),
+        ("critic_warmup_updates", hp.critic_warmup_updates >= 0, "use 0 (off) or a number of updates"),
         histograms_check(hp.histograms_every_n_updates),
     ]
     check_fields(checks, hp)

@@ -1,4 +1,5 @@
-"""``EnvStepProgressBar``: a tqdm bar that counts env steps against the budget and shows SPS and recent return."""
+"""``EnvStepProgressBar``: a tqdm bar that counts env steps against the budget and shows SPS and recent return
+(behaviour cloning, which steps no env, counts the training rows it has seen against its epochs' worth)."""
 
 from __future__ import annotations
 
@@ -40,11 +41,11 @@ class EnvStepProgressBar(TQDMProgressBar):
 
     def _start_at_env_steps(self, trainer: pl.Trainer) -> None:
         bar = self.train_progress_bar
-        env_steps = getattr(trainer.lightning_module, "env_steps", 0)
-        bar.reset(total=getattr(trainer.datamodule, "total_env_steps", None))
-        bar.unit = " env steps"
+        unit, done, total = progress(trainer)
+        bar.reset(total=total)
+        bar.unit = unit
         bar.set_description("Training")
-        bar.initial = bar.n = bar.last_print_n = env_steps  # the rate counts this session's steps only
+        bar.initial = bar.n = bar.last_print_n = done  # the rate counts this session's steps only
         bar.refresh()
 
     @override
@@ -52,7 +53,7 @@ class EnvStepProgressBar(TQDMProgressBar):
         bar = self.train_progress_bar
         if bar is None or bar.disable or (batch_idx + 1) % max(self.refresh_rate, 1) != 0:
             return
-        bar.n = pl_module.env_steps
+        bar.n = progress(trainer)[1]
         bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=True)
 
     @override
@@ -64,3 +65,15 @@ class EnvStepProgressBar(TQDMProgressBar):
                 value = float(metrics[key])
                 shown[label] = int(value) if label in ("sps", "updates") else f"{value:.3g}"
         return shown
+
+
+def progress(trainer: pl.Trainer) -> tuple[str, int, int | None]:
+    """``(unit, done, total)`` the bar shows: env steps against ``data.total_env_steps``, or, for a module that learns
+    from recorded rows (BC: ``samples``), the rows seen against ``max_epochs`` times the training rows."""
+    module = trainer.lightning_module
+    if hasattr(module, "samples"):
+        rows = getattr(trainer.datamodule, "train_rows", None)
+        epochs = trainer.max_epochs
+        total = epochs * len(rows) if rows is not None and epochs is not None and epochs > 0 else None
+        return " samples", int(module.samples), total
+    return " env steps", int(getattr(module, "env_steps", 0)), getattr(trainer.datamodule, "total_env_steps", None)

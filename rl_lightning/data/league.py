@@ -112,10 +112,15 @@ def frozen_copy(module: Any, state: dict[str, torch.Tensor] | None = None) -> An
 
 
 class ModuleActor:
-    """A frozen module (a league snapshot, a checkpoint) as an ``Actor``: its stochastic training policy."""
+    """A frozen module (a league snapshot, a checkpoint) as an ``Actor``: its stochastic training policy.
+
+    A frozen player never learns, so it never needs its value: a module that computes its critic while acting (a
+    PPO whose actor and critic share a CNN) is told not to (``_value_when_acting``)."""
 
     def __init__(self, module: Any) -> None:
         self.module = module
+        if getattr(module, "_value_when_acting", False):
+            module._value_when_acting = False
 
     def __call__(self, obs: TensorDict, generator: torch.Generator) -> torch.Tensor:
         return self.module.act(obs, generator)[keys.ACTION]

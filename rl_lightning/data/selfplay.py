@@ -1,9 +1,9 @@
 """``SelfPlayCollector``: collects a multi-seat turn-based game with one shared learning policy (DESIGN.md §10).
 
 Every tick the learning policy acts for all rows at once (one batched forward); each row's action is then
-replaced, with ``torch.where``, by the action of the player its acting seat belongs to in that game (a bot, a
-checkpoint, a league snapshot: each computed for the whole batch, no per-row Python). Rows whose acting seat is
-the learning policy are flagged ``learner``: only those train.
+replaced by the action of the player its acting seat belongs to in that game (a bot, a checkpoint, a league
+snapshot: each called once per tick on its own rows only, no per-row Python). Rows whose acting seat is the
+learning policy are flagged ``learner``: only those train.
 
 A rollout is ``[S + T, B]``: ``T`` ticks of play, after ``S`` carried rows. A learning decision whose seat neither
 decides again nor sees its game end before the rollout ends is open (``objectives/seat_credit.py``): it is not
@@ -85,10 +85,7 @@ class SelfPlayCollector(CollectorBase):
             player = self._player.gather(1, obs[keys.SEAT].unsqueeze(1)).squeeze(1)
             action = acted[keys.ACTION]
             for player_id, actor in opponents:
-                if needs_engine_state(getattr(actor, "bot", None)):
-                    action = self._engine_act(actor, player == player_id, obs, action)
-                else:
-                    action = torch.where(player == player_id, actor(obs, self.generator), action)
+                action = self._opponent_act(actor, player == player_id, obs, action)
             out = self.env.step(action)
             row = {**dict(obs.items()), **dict(acted.items()), keys.ACTION: action, PLAYER: player}
             row.update({key: out[key] for key in _STEP_KEYS if key in out})
@@ -114,13 +111,18 @@ class SelfPlayCollector(CollectorBase):
         self.last_collect_seconds = time.perf_counter() - start
         return batch
 
-    def _engine_act(self, actor: Any, mine: torch.Tensor, obs: TensorDict, action: torch.Tensor) -> torch.Tensor:
-        """A search bot (``needs_engine_state``) acts on its own rows only, given their live engine states."""
+    def _opponent_act(self, actor: Any, mine: torch.Tensor, obs: TensorDict, action: torch.Tensor) -> torch.Tensor:
+        """``action`` with the rows ``mine`` played by ``actor``, which sees only those rows (a league snapshot or a
+        bot costs its own share of the batch; a search bot, ``needs_engine_state``, also gets their engine states).
+
+        One ``nonzero`` per opponent and tick: a host sync on a GPU, but game envs step on the host anyway."""
         rows = mine.nonzero().squeeze(-1)
         if len(rows) == 0:
             return action
-        states = [self.env.env.engine_state(self.env.state, i) for i in rows.tolist()]
-        return action.index_put((rows,), actor(obs[rows], self.generator, engine_states=states).to(action.dtype))
+        engine = {}
+        if needs_engine_state(getattr(actor, "bot", None)):
+            engine["engine_states"] = [self.env.env.engine_state(self.env.state, i) for i in rows.tolist()]
+        return action.index_put((rows,), actor(obs[rows], self.generator, **engine).to(action.dtype))
 
     def _finish_games(self, out: TensorDict) -> tuple[torch.Tensor, ...]:
         """The games that ended on this tick (their returns, lengths, scores, learning seats); draws their next

@@ -8,12 +8,15 @@ their outputs in the spec's key order, as SB3's ``CombinedExtractor`` does:
 * a vector (``Box``) leaf is flattened and cast to float32 (identity-concat into the MLP trunk that follows);
 * a ``Discrete(n)`` leaf becomes a one-hot of width ``n``;
 * an image leaf (rank-3 ``uint8``, channels-first or -last: ``networks/cnn.py``) gets the CNN the config names
-  (``nature`` or ``impala``), or, with ``mlp``, is flattened and scaled to ``[0, 1]`` (``/255``).
+  (``nature`` or ``impala``), or, with ``mlp``, is flattened and scaled to ``[0, 1]`` (``/255``);
+* a game's vector observation may instead get that game's fixed decoding: ``hearts`` turns OpenSpiel Hearts'
+  5,088-wide information state into 516 features of the acting seat (``networks/hearts.py``).
 
 The ``encoder`` choice is one name for every image leaf (``"nature"``), or a mapping from leaf names (``"/"``-joined
 nested keys; ``"obs"`` for a single-array observation) to names, unnamed leaves taking ``mlp``. A CNN named for a
-leaf that is not an image, or for an image smaller than it takes, is refused in one line. Only the CNNs have
-parameters: with ``mlp`` adding an encoder changes neither a module's ``state_dict`` nor its initialisation.
+leaf that is not an image, or for an image smaller than it takes, and a decoding named for an observation it does not
+read, are refused in one line. Only the CNNs have parameters: with ``mlp`` (or a decoding) adding an encoder changes
+neither a module's ``state_dict`` nor its initialisation.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from torch import nn
 from rl_lightning.errors import ConfigError
 from rl_lightning.networks.cnn import CNNS, MIN_SIZE, fits
 from rl_lightning.networks.distributions import one_hot
+from rl_lightning.networks.hearts import HeartsFeatures
 
 if TYPE_CHECKING:  # networks sit beside envs in the layering: only the spec's type is needed here
     from rl_lightning.envs.base import EnvSpec, ObsLeaf
@@ -63,8 +67,11 @@ class FlattenPixels(FlattenFloat):
         return super().forward(obs) / 255.0
 
 
-#: What ``encoder`` may name: ``mlp`` (flatten into the MLP trunk) or one of the CNNs.
-ENCODERS = ("mlp", *CNNS)
+#: Fixed decodings of one game's vector observation (no parameters): ``hearts`` reads OpenSpiel Hearts' information
+#: state (``networks/hearts.py``).
+DECODERS: dict[str, type[nn.Module]] = {"hearts": HeartsFeatures}
+#: What ``encoder`` may name: ``mlp`` (flatten into the MLP trunk), a game decoding or one of the CNNs.
+ENCODERS = ("mlp", *DECODERS, *CNNS)
 EncoderChoice = str | Mapping[str, str]
 
 
@@ -82,6 +89,8 @@ def leaf_encoder(leaf: ObsLeaf, name: str = "mlp") -> nn.Module:
     """The encoder of one observation leaf: ``name`` is ``mlp`` or a CNN (already checked by ``choose_encoders``)."""
     if leaf.classes > 0:
         return OneHot(leaf.classes)
+    if name in DECODERS:
+        return DECODERS[name]()
     if name in CNNS:
         return CNNS[name](leaf.shape)
     return FlattenPixels(leaf.shape) if is_image(leaf) else FlattenFloat(leaf.shape)
@@ -93,7 +102,11 @@ def choose_encoders(
     """Each observation leaf with the encoder name it gets, or a one-line ``ConfigError`` for a bad choice."""
     leaves = spec.obs_leaves()
     names = {leaf_name(key): key for key, _ in leaves}
-    if isinstance(encoder, str):
+    if isinstance(encoder, str) and encoder in DECODERS:
+        chosen = {key: encoder if _decodes(encoder, leaf) else "mlp" for key, leaf in leaves}
+        if encoder not in chosen.values():
+            _refuse_decoder(field, encoder, spec, leaves)
+    elif isinstance(encoder, str):
         _check_name(field, encoder)
         chosen = {key: encoder if is_image(leaf) else "mlp" for key, leaf in leaves}
         if encoder != "mlp" and not any(is_image(leaf) for _, leaf in leaves):
@@ -115,8 +128,23 @@ def choose_encoders(
         choice = chosen[key]
         if choice in CNNS:
             _check_image(field, key, leaf, choice, leaves)
+        if choice in DECODERS and not _decodes(choice, leaf):
+            _refuse_decoder(f"{field}[{leaf_name(key)!r}]", choice, spec, leaves)
         out.append((key, leaf, choice))
     return out
+
+
+def _decodes(name: str, leaf: ObsLeaf) -> bool:
+    """Whether the decoding ``name`` reads this leaf: a float vector of the shape it decodes."""
+    return leaf.classes == 0 and leaf.dtype.is_floating_point and tuple(leaf.shape) == DECODERS[name].in_shape
+
+
+def _refuse_decoder(field: str, name: str, spec: EnvSpec, leaves: list) -> None:
+    shape = DECODERS[name].in_shape
+    raise ConfigError(
+        f"{field}={name!r} decodes OpenSpiel {name}' information state (a float vector of shape {shape}) and "
+        f"{spec.name} has no such observation ({_describe(leaves)}); use env_id open_spiel:{name} or {field}=mlp"
+    )
 
 
 def _check_name(field: str, name: str) -> None:

@@ -11,7 +11,8 @@ read through OpenSpiel's observer API into a preallocated buffer (no Python list
 change of ``state.returns()`` over the tick's move and the chance nodes after it (games paying during play: Hanabi,
 2048), so a game's credited rewards sum to its ``returns()`` (``state.rewards()`` after a chance node still reports
 the move before it, and would pay it twice); games with a terminal reward model (Hearts, Connect Four, poker) pay
-``state.returns()`` on the tick the game ends, whichever seat moved. ``game_score`` ``[B, S]`` on rows whose game
+``state.returns()`` on the tick the game ends, whichever seat moved (Hearts with ``reward: trick``: each trick's
+points when it ends, the same sum per hand). ``game_score`` ``[B, S]`` on rows whose game
 ended is the result as the game's players count it: Hearts ``state.points(seat)`` (points taken in the hand, after
 the moon rule; lower is better; ``returns() = 26 - points``), every other game its ``returns()``.
 """
@@ -27,6 +28,7 @@ import numpy as np
 
 from rl_lightning.envs.base import EnvSpec
 from rl_lightning.envs.games.base import GameRow, TickBuffers, TurnBasedGameEnv, close_names, one_line
+from rl_lightning.envs.games.hearts_reward import REWARDS, TrickReward
 from rl_lightning.errors import ConfigError
 
 #: ``observation`` choices: ``auto`` is the observation tensor where the game has one, else the info state.
@@ -174,6 +176,9 @@ class OpenSpielEnv(TurnBasedGameEnv):
             ``observation`` or ``info_state``.
         max_episode_steps: truncate a game after this many decisions (0: only the game's own end); when > 0,
             step outputs carry ``final_obs`` ``[B, S, *obs]``.
+        reward: ``engine`` (what the engine pays, when it pays it) or, for Hearts, ``trick``: each trick's points
+            paid to its taker when the trick ends, the hand's sum per seat still ``returns()``
+            (``envs/games/hearts_reward.py``).
     """
 
     def __init__(
@@ -182,8 +187,11 @@ class OpenSpielEnv(TurnBasedGameEnv):
         game_kwargs: dict[str, Any] | None = None,
         observation: str = "auto",
         max_episode_steps: int = 0,
+        reward: str = "engine",
     ) -> None:
         super().__init__()
+        if reward not in REWARDS:
+            raise ConfigError(f"reward={reward!r} is not a choice; choose one of {list(REWARDS)}")
         if observation not in OBSERVATIONS:
             raise ConfigError(f"observation={observation!r} is not a choice; choose one of {list(OBSERVATIONS)}")
         if max_episode_steps < 0:
@@ -197,6 +205,10 @@ class OpenSpielEnv(TurnBasedGameEnv):
         pyspiel = _pyspiel()
         game_type = self.game.get_type()
         self.short_name = game_type.short_name
+        if reward == "trick" and self.short_name != "hearts":
+            raise ConfigError(f"reward='trick' pays Hearts' points per trick and {env_id} is {self.short_name!r}; use "
+                              "reward: engine")  # fmt: skip
+        self._trick_reward = TrickReward(self.game.num_players()) if reward == "trick" else None
         self._dense = game_type.reward_model == pyspiel.GameType.RewardModel.REWARDS
         self._points = self.short_name == "hearts"
         self._check_chance = _chance_lists_disagree(self.game)
@@ -265,6 +277,7 @@ class OpenSpielEnv(TurnBasedGameEnv):
 
     def _apply(self, row: _Row, action: int, reward: np.ndarray) -> str | None:
         state = row.state
+        taken = None if self._trick_reward is None else self._trick_reward.taken(state)
         state.apply_action(action)
         if state.is_chance_node():
             self._resolve_chance(row)
@@ -272,6 +285,8 @@ class OpenSpielEnv(TurnBasedGameEnv):
             now = np.asarray(state.returns())
             reward += now - row.paid
             row.paid = now
+        if taken is not None:
+            self._trick_reward.pay(state, taken, reward)
         if state.is_terminal():
             if not self._dense:
                 reward += state.returns()
