@@ -15,6 +15,13 @@ from tests.selfplay_toys import RowCountingBot
 from tests.test_selfplay import Rollouts, tiny_selfplay
 
 
+class ForgetStartUpProbes(pl.Callback):
+    """Drops the bot calls of the start-up check that a bot fits the game (``check_bot_fits``): not play."""
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        RowCountingBot.calls.clear()
+
+
 def test_league_and_bot_seats_see_only_their_own_rows(tmp_path, monkeypatch):
     """Each opponent is called once per tick on exactly the rows its seats act in (none: not called)."""
     snapshot_calls: list[int] = []
@@ -31,7 +38,7 @@ def test_league_and_bot_seats_see_only_their_own_rows(tmp_path, monkeypatch):
     league = {"size": 2, "snapshot_every_n_updates": 1, "share": 0.4, "bots": {bot: 0.4}}
     module, dm = tiny_selfplay(league=league, total_env_steps=200)
     rollouts = Rollouts()
-    trainer(tmp_path, callbacks=[rollouts]).fit(module, dm)
+    trainer(tmp_path, callbacks=[ForgetStartUpProbes(), rollouts]).fit(module, dm)
     bot_id = dm.selfplay.players.fixed_ids[bot]
     seats = dm.env_spec.num_seats
     ticks = torch.cat([batch[seats:][PLAYER] for batch in rollouts.batches])  # [T, B] who acted, tick by tick
