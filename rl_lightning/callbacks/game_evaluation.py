@@ -17,7 +17,8 @@ from rl_lightning.env_step_log import log_at_env_step, publish_to_callbacks
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.errors import ConfigError
 from rl_lightning.games import panel as panels
-from rl_lightning.games.match import PolicyBot
+from rl_lightning.games.match import PolicyBot, check_engine_players
+from rl_lightning.games.search import NetworkMCTS
 from rl_lightning.games.summary import match_metrics
 
 
@@ -54,6 +55,10 @@ class GameEvaluation(Callback):
         env: the game to play; ``None`` builds one like the datamodule's (same constructor arguments).
         seed: every evaluation replays the same deals from this seed.
         batch_size: games played at once.
+        search_simulations: above 0, the policy plays through ``NetworkMCTS`` (``rl_lightning.games.search``):
+            a tree search of this many simulations per move with the network's policy as prior and its value head
+            at the leaves, so the panel shows what the searching agent plays (perfect-information OpenSpiel games
+            only); 0 plays the network alone.
     """
 
     def __init__(
@@ -68,17 +73,20 @@ class GameEvaluation(Callback):
         env: TorchEnv | None = None,
         seed: int = 12_345,
         batch_size: int = 256,
+        search_simulations: int = 0,
     ) -> None:
         self.cadence = Cadence("GameEvaluation", every_n_updates, every_n_env_steps)
         self.opponents = panels.check_opponents(["random", "heuristic"] if opponents is None else opponents,
                                          "GameEvaluation")  # fmt: skip
         for name, value, least in (("num_games", num_games, 1), ("batch_size", batch_size, 1),
-                                   ("rating_games", rating_games or 0, 0)):  # fmt: skip
+                                   ("rating_games", rating_games or 0, 0),
+                                   ("search_simulations", search_simulations, 0)):  # fmt: skip
             if value < least:
                 raise ConfigError(f"GameEvaluation: {name}={value} must be >= {least}")
         self.every_n_updates, self.every_n_env_steps = every_n_updates, every_n_env_steps
         self.num_games, self.duplicate, self.rating_games = num_games, duplicate, rating_games
         self.deterministic, self.env, self.seed, self.batch_size = deterministic, env, seed, batch_size
+        self.search_simulations = search_simulations
         self.last_updates = -1
         self.eval_seconds = 0.0
         self.history: list[dict[str, float]] = []
@@ -98,6 +106,7 @@ class GameEvaluation(Callback):
         env = self.game_env(trainer)
         seats = env.spec.num_seats
         self._panel(trainer, env, pl_module)  # an opponent that cannot play fails now, before any training
+        check_engine_players(env, [self._tested(pl_module)], "GameEvaluation.search_simulations")
         for name, games in (("num_games", self.num_games), ("rating_games", self.rating_games or 0)):
             if games % seats:
                 fit = (games // seats + 1) * seats
@@ -143,7 +152,7 @@ class GameEvaluation(Callback):
         """Play the panel (and the rating round robin) once; ``{prefix}/vs_<name>/*`` and ``{prefix}/rating/*``."""
         env = self.game_env(trainer)
         panel = self._panel(trainer, env, pl_module)
-        policy = panels.Player(panels.POLICY, PolicyBot(pl_module, self.deterministic, self.seed))
+        policy = panels.Player(panels.POLICY, self._tested(pl_module))
         deals = self.num_games // env.spec.num_seats
         was_training = pl_module.training
         pl_module.eval()
@@ -161,6 +170,12 @@ class GameEvaluation(Callback):
                    for key, value in match_metrics(result).items()}  # fmt: skip
         metrics.update({f"{prefix}/rating/{name}": value for name, value in ratings.items()})
         return metrics
+
+    def _tested(self, pl_module: Any) -> Any:
+        """The policy as a player: the network alone, or its tree search (``search_simulations``)."""
+        if self.search_simulations:
+            return NetworkMCTS(pl_module, self.search_simulations)
+        return PolicyBot(pl_module, self.deterministic, self.seed)
 
     def _panel(self, trainer: pl.Trainer, env: TorchEnv, pl_module: Any) -> list[panels.Player]:
         """The opponents now (the league's snapshots change between evaluations)."""

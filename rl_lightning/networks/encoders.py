@@ -8,12 +8,15 @@ their outputs in the spec's key order, as SB3's ``CombinedExtractor`` does:
 * a vector (``Box``) leaf is flattened and cast to float32 (identity-concat into the MLP trunk that follows);
 * a ``Discrete(n)`` leaf becomes a one-hot of width ``n``;
 * an image leaf (rank-3 ``uint8``, channels-first or -last: ``networks/cnn.py``) gets the CNN the config names
-  (``nature`` or ``impala``), or, with ``mlp``, is flattened and scaled to ``[0, 1]`` (``/255``).
+  (``nature`` or ``impala``), or, with ``mlp``, is flattened and scaled to ``[0, 1]`` (``/255``);
+* a board leaf (rank-3 planes ``[C, H, W]`` of another dtype, e.g. OpenSpiel's Connect Four ``[3, 6, 7]``) gets the
+  convolutional ``board`` encoder when the config names it (``networks/board.py``), else is flattened.
 
-The ``encoder`` choice is one name for every image leaf (``"nature"``), or a mapping from leaf names (``"/"``-joined
-nested keys; ``"obs"`` for a single-array observation) to names, unnamed leaves taking ``mlp``. A CNN named for a
-leaf that is not an image, or for an image smaller than it takes, is refused in one line. Only the CNNs have
-parameters: with ``mlp`` adding an encoder changes neither a module's ``state_dict`` nor its initialisation.
+The ``encoder`` choice is one name for every image leaf (``"nature"``) or every board leaf (``"board"``), or a
+mapping from leaf names (``"/"``-joined nested keys; ``"obs"`` for a single-array observation) to names, unnamed
+leaves taking ``mlp``. A CNN named for a leaf that is not an image, for an image smaller than it takes, or ``board``
+for a leaf that is not rank-3 planes, is refused in one line. Only the CNNs have parameters: with ``mlp`` adding an
+encoder changes neither a module's ``state_dict`` nor its initialisation.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from rl_lightning.errors import ConfigError
+from rl_lightning.networks.board import BoardEncoder, is_board
 from rl_lightning.networks.cnn import CNNS, MIN_SIZE, fits
 from rl_lightning.networks.distributions import one_hot
 
@@ -63,8 +67,10 @@ class FlattenPixels(FlattenFloat):
         return super().forward(obs) / 255.0
 
 
-#: What ``encoder`` may name: ``mlp`` (flatten into the MLP trunk) or one of the CNNs.
-ENCODERS = ("mlp", *CNNS)
+#: The convolutional encoder of board planes (``networks/board.py``).
+BOARD = "board"
+#: What ``encoder`` may name: ``mlp`` (flatten into the MLP trunk), one of the pixel CNNs, or ``board``.
+ENCODERS = ("mlp", *CNNS, BOARD)
 EncoderChoice = str | Mapping[str, str]
 
 
@@ -84,6 +90,8 @@ def leaf_encoder(leaf: ObsLeaf, name: str = "mlp") -> nn.Module:
         return OneHot(leaf.classes)
     if name in CNNS:
         return CNNS[name](leaf.shape)
+    if name == BOARD:
+        return BoardEncoder(leaf.shape)
     return FlattenPixels(leaf.shape) if is_image(leaf) else FlattenFloat(leaf.shape)
 
 
@@ -95,8 +103,16 @@ def choose_encoders(
     names = {leaf_name(key): key for key, _ in leaves}
     if isinstance(encoder, str):
         _check_name(field, encoder)
-        chosen = {key: encoder if is_image(leaf) else "mlp" for key, leaf in leaves}
-        if encoder != "mlp" and not any(is_image(leaf) for _, leaf in leaves):
+        if encoder == BOARD:
+            chosen = {key: BOARD if _is_board(leaf) else "mlp" for key, leaf in leaves}
+            if not any(_is_board(leaf) for _, leaf in leaves):
+                raise ConfigError(
+                    f"{field}=board is a CNN for board planes (rank-3 [C, H, W], not uint8) and {spec.name} has none "
+                    f"({_describe(leaves)}); use {field}=mlp"
+                )
+        else:
+            chosen = {key: encoder if is_image(leaf) else "mlp" for key, leaf in leaves}
+        if encoder not in ("mlp", BOARD) and not any(is_image(leaf) for _, leaf in leaves):
             raise ConfigError(
                 f"{field}={encoder!r} is a CNN for image observations (rank-3 uint8) and {spec.name} has none "
                 f"({_describe(leaves)}); use {field}=mlp"
@@ -115,6 +131,11 @@ def choose_encoders(
         choice = chosen[key]
         if choice in CNNS:
             _check_image(field, key, leaf, choice, leaves)
+        elif choice == BOARD and not _is_board(leaf):
+            raise ConfigError(
+                f"{field}: observation key {leaf_name(key)!r} ({_shape_dtype(leaf)}) is not board planes, so the board "
+                "encoder cannot take it; board takes rank-3 [C, H, W] keys that are not uint8 images; give it mlp"
+            )
         out.append((key, leaf, choice))
     return out
 
@@ -140,6 +161,10 @@ def _check_image(field: str, key: tuple[str, ...], leaf: ObsLeaf, choice: str, l
         )
 
 
+def _is_board(leaf: ObsLeaf) -> bool:
+    return is_board(leaf.shape, leaf.dtype, leaf.classes)
+
+
 def _shape_dtype(leaf: ObsLeaf) -> str:
     dtype = str(leaf.dtype).removeprefix("torch.")
     return f"Discrete({leaf.classes})" if leaf.classes else f"{dtype} {tuple(leaf.shape)}"
@@ -154,7 +179,8 @@ class ObsEncoder(nn.Module):
 
     Args:
         spec: the env's spec; its ``obs_leaves`` decide the per-key encoders and their order.
-        encoder: ``mlp``, ``nature`` or ``impala`` for every image leaf, or ``{leaf name: choice}``.
+        encoder: ``mlp``, ``nature`` or ``impala`` for every image leaf, ``board`` for every board leaf, or
+            ``{leaf name: choice}``.
         field: the config field named in errors.
     """
 
