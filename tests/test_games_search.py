@@ -86,6 +86,20 @@ def test_uniform_search_plays_minimax_moves_in_tic_tac_toe():
     assert not wrong, wrong[:3]
 
 
+def test_search_proves_game_values_equal_to_full_minimax():
+    # Five or more moves in, 300 simulations expand the whole game tree: the proven result at the root (MCTS-Solver)
+    # is the minimax value, and the move keeps it.
+    positions = [s for s in ttt_positions() if len(s.history()) >= 5]
+    sample = random.Random(3).sample(positions, 300)
+    bot = NetworkMCTS(simulations=300)
+    roots = bot.search(sample)
+    for state, root in zip(sample, roots, strict=True):
+        exact = ttt_value(tuple(state.history()))
+        assert root.solved == [exact, -exact], str(state)
+    moves = act(bot, sample)
+    assert all(m in ttt_best(s) for s, m in zip(sample, moves, strict=True))
+
+
 def c4_move_values(state, depth: int) -> dict[int, float]:
     """Each legal move's value for the seat to act, by minimax ``depth`` plies deep (unknown outcomes count 0)."""
     me, values = state.current_player(), {}

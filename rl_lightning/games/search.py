@@ -16,9 +16,11 @@ seat. Every node on the path adds the leaf's value for the seat that moved at it
 by the same search and every choice is scored from its mover's side (for the root: the searching seat's). The
 leaves of all rows are evaluated in one batched forward per simulation.
 
-The move is the most visited root action (ties: the higher mean value, then the lower action), or with
-``temperature > 0`` a draw with probability ∝ N(s_0, a)^(1/temperature) from the call's ``generator``. Nothing
-else is random, so a seeded match repeats.
+Results are proven as in MCTS-Solver (Winands et al., 2008): a node is solved when one of its moves reaches the
+game's best result for its mover, or when all its children are solved; the search then stops at it as at a
+finished game. The move is one that keeps a proven result, else the most visited root action (ties: the higher mean
+value, then the lower action), or with ``temperature > 0`` a draw with probability ∝ N(s_0, a)^(1/temperature) from
+the call's ``generator``. Nothing else is random, so a seeded match repeats.
 
 Without a network (``module=None``: what a config's class path builds) the prior is uniform and every non-terminal
 leaf is worth 0: a plain tree search on exact game results, which finds wins and blocks within its horizon.
@@ -52,12 +54,13 @@ class _Node:
     """One position of a search tree: its state, whose turn, and the statistics of its legal actions (plain lists:
     for a handful of actions a Python loop costs less than numpy's per-call overhead)."""
 
-    __slots__ = ("children", "counts", "legal", "player", "prior", "returns", "state", "value_sum", "visits")
+    __slots__ = ("children", "counts", "legal", "player", "prior", "solved", "state", "value_sum", "visits")
 
     def __init__(self, state: Any) -> None:
         self.state = state
         terminal = state.is_terminal()
-        self.returns: list[float] | None = state.returns() if terminal else None
+        #: Every seat's result under best play, once known: the game's returns at its end, or proven (``_prove``).
+        self.solved: list[float] | None = state.returns() if terminal else None
         self.player = -1 if terminal else state.current_player()
         self.legal: list[int] = [] if terminal else state.legal_actions()
         self.prior: list[float] | None = None  # set when the network evaluates the node
@@ -90,12 +93,31 @@ def _normalised(probs: np.ndarray) -> list[float]:
     return (probs / probs.sum()).tolist()
 
 
-def _backup(path: list[tuple[_Node, int]], values: Any) -> None:
-    """Add the leaf's per-seat ``values`` along ``path``: each edge gets the value of the seat that moved."""
-    for node, index in path:
+def _backup(path: list[tuple[_Node, int]], values: Any, best: float) -> None:
+    """Add the leaf's per-seat ``values`` along ``path``: each edge gets the value of the seat that moved.
+
+    A solved leaf proves its way up as far as it can (MCTS-Solver, Winands et al. 2008): a node is solved when a
+    child gives its mover the game's ``best`` result, or when every child is solved (the mover's best of them).
+    """
+    proving = path and path[-1][0].children[path[-1][1]].solved is not None
+    for node, index in reversed(path):
         node.counts[index] += 1
         node.value_sum[index] += values[node.player]
         node.visits += 1
+        if proving:
+            node.solved = _proven(node, best)
+            proving = node.solved is not None
+
+
+def _proven(node: _Node, best: float) -> list[float] | None:
+    """``node``'s result if its children prove it (a winning child, or all children solved), else None."""
+    results = [child.solved if child is not None else None for child in node.children]
+    mover = node.player
+    if any(result is not None and result[mover] >= best for result in results):
+        return next(result for result in results if result is not None and result[mover] >= best)
+    if all(result is not None for result in results):
+        return max(results, key=lambda result: result[mover])
+    return None
 
 
 class NetworkMCTS:
@@ -133,6 +155,7 @@ class NetworkMCTS:
         self.evaluator = module_evaluator(module) if module is not None else evaluator
         self.simulations, self.c_puct, self.temperature = simulations, float(c_puct), float(temperature)
         self._observation = "auto"
+        self._best = 1.0  # the game's best result for a seat (``max_utility``), read at each search
         self._observers: dict[str, tuple[Any, tuple[int, ...]]] = {}
 
     @classmethod
@@ -204,18 +227,19 @@ class NetworkMCTS:
                 gc.enable()
 
     def _search(self, engine_states: list[Any]) -> list[_Node]:
+        self._best = engine_states[0].get_game().max_utility()
         roots = [_Node(state.clone()) for state in engine_states]
         self._evaluate([([], root) for root in roots])
         for _ in range(self.simulations):
             pending = []
             for root in roots:
                 node, path = root, []
-                while node.returns is None and node.prior is not None:
+                while node.solved is None and node.prior is not None:
                     index = node.select(self.c_puct)
                     path.append((node, index))
                     node = node.child(index)
-                if node.returns is not None:
-                    _backup(path, node.returns)
+                if node.solved is not None:
+                    _backup(path, node.solved, self._best)
                 else:
                     pending.append((path, node))
             self._evaluate(pending)
@@ -240,7 +264,7 @@ class NetworkMCTS:
             # The network's value is the acting seat's; the other seat of a two-seat zero-sum game has its negation.
             per_seat = [-value] * node.state.num_players()
             per_seat[node.player] = value
-            _backup(path, per_seat)
+            _backup(path, per_seat, self._best)
 
     def _observe(self, leaves: list[_Node]) -> tuple[torch.Tensor, torch.Tensor]:
         """The acting seat's observation and legal-action mask of each leaf, as the env would give them."""
@@ -275,7 +299,11 @@ class NetworkMCTS:
         """Each root's move from its visit counts (the class docstring)."""
         actions = []
         for root in roots:
-            if self.temperature > 0:
+            if root.solved is not None:  # proven: a move that keeps the proven result (the most visited one)
+                keeps = [i for i, child in enumerate(root.children)
+                         if child is not None and child.solved == root.solved]  # fmt: skip
+                index = max(keeps, key=lambda i: (root.counts[i], -i))
+            elif self.temperature > 0:
                 weights = torch.tensor(root.counts, dtype=torch.float64) ** (1.0 / self.temperature)
                 index = int(torch.multinomial(weights, 1, generator=generator))
             else:
