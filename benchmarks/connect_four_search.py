@@ -170,13 +170,19 @@ def time_per_move(ckpt: str, args: argparse.Namespace) -> tuple[float, float]:
     search = NetworkMCTS(load_searchable(ckpt), simulations=args.simulations, c_puct=args.c_puct)
     mcts = OpenSpielMCTSBot(simulations=args.mcts_simulations, seed=args.seed)
     gen, out = torch.Generator().manual_seed(args.seed), []
+    states = positions(args.timing_positions, args.seed)
+
+    def move(bot: Any, state: Any) -> None:
+        mask = torch.zeros(1, 7, dtype=torch.bool)
+        mask[0, state.legal_actions()] = True
+        bot(None, mask, torch.tensor([state.current_player()]), gen, engine_states=[state])
+
     for bot in (search, mcts):
+        move(bot, states[0])  # warm-up (first forward, imports)
         start = time.perf_counter()
-        for state in positions(args.timing_positions, args.seed):
-            mask = torch.zeros(1, 7, dtype=torch.bool)
-            mask[0, state.legal_actions()] = True
-            bot(None, mask, torch.tensor([state.current_player()]), gen, engine_states=[state])
-        out.append((time.perf_counter() - start) / args.timing_positions)
+        for state in states:
+            move(bot, state)
+        out.append((time.perf_counter() - start) / len(states))
     return out[0], out[1]
 
 
