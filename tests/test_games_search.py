@@ -178,6 +178,9 @@ def test_search_repeats_under_a_seed_and_leaves_the_engine_states_alone():
     assert first == act(bot, states, seed=0)
     assert first != act(bot, states, seed=1)  # with temperature, the draw follows the generator
     assert act(NetworkMCTS(simulations=30), states, 0) == act(NetworkMCTS(simulations=30), states, 1)  # greedy
+    rollouts = NetworkMCTS(simulations=30, rollout_weight=0.5)  # leaves mixed with random games from the seed
+    assert act(rollouts, states, 0) == act(rollouts, states, 0)
+    assert any(act(rollouts, states, 0) != act(rollouts, states, seed) for seed in (1, 2, 3))
     assert [s.history() for s in states] == histories  # the search clones; the live games are untouched
     assert all(m in s.legal_actions() for s, m in zip(states, first, strict=True))
 
@@ -264,7 +267,8 @@ def test_search_is_refused_in_one_line_where_it_cannot_search(tmp_path, game, sa
 
 
 def test_search_refuses_bad_settings_in_one_line():
-    for kwargs, field in (({"simulations": 0}, "simulations"), ({"c_puct": 0}, "c_puct"),
-                          ({"temperature": -1}, "temperature")):  # fmt: skip
+    bad = [({"simulations": 0}, "simulations"), ({"c_puct": 0}, "c_puct"), ({"temperature": -1}, "temperature"),
+           ({"rollout_weight": 1.5}, "rollout_weight")]  # fmt: skip
+    for kwargs, field in bad:
         with pytest.raises(ConfigError, match=field):
             NetworkMCTS(**kwargs)

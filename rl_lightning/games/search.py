@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import gc
 import math
+import random
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,9 @@ class NetworkMCTS:
         c_puct: the exploration constant of PUCT.
         temperature: 0 plays the most visited action; above 0 draws ∝ visits^(1/temperature).
         evaluator: instead of ``module``, any ``(obs, mask) -> (logits, value)`` callable (``module_evaluator``).
+        rollout_weight: λ in [0, 1]: a leaf is worth ``(1 − λ)·V + λ·z``, ``z`` the result of one uniformly random
+            game played on from it (AlphaGo's mixed leaf evaluation; its moves drawn from a ``random.Random``
+            seeded by one draw of the call's ``generator``); 0 (default): the value head alone.
     """
 
     #: Callers pass ``engine_states=[pyspiel.State, ...]`` (one per row) to a bot that declares this.
@@ -142,6 +146,7 @@ class NetworkMCTS:
         c_puct: float = 1.5,
         temperature: float = 0.0,
         evaluator: Evaluator | None = None,
+        rollout_weight: float = 0.0,
     ) -> None:
         if not isinstance(simulations, int) or simulations < 1:
             raise ConfigError(f"NetworkMCTS: simulations={simulations!r} must be an int >= 1 (e.g. 100)")
@@ -149,11 +154,16 @@ class NetworkMCTS:
             raise ConfigError(f"NetworkMCTS: c_puct={c_puct!r} must be > 0 (e.g. 1.5)")
         if not temperature >= 0:
             raise ConfigError(f"NetworkMCTS: temperature={temperature!r} must be >= 0 (0: the most visited action)")
+        if not 0.0 <= rollout_weight <= 1.0:
+            raise ConfigError(f"NetworkMCTS: rollout_weight={rollout_weight!r} must be in [0, 1] (0: the value head "
+                              "alone)")  # fmt: skip
         if module is not None and evaluator is not None:
             raise ConfigError("NetworkMCTS: give module or evaluator, not both")
         self.module = module
         self.evaluator = module_evaluator(module) if module is not None else evaluator
         self.simulations, self.c_puct, self.temperature = simulations, float(c_puct), float(temperature)
+        self.rollout_weight = float(rollout_weight)
+        self._rng = random.Random(0)  # the rollouts' moves: reseeded from the match generator at each call
         self._observation = "auto"
         self._best = 1.0  # the game's best result for a seat (``max_utility``), read at each search
         self._observers: dict[str, tuple[Any, tuple[int, ...]]] = {}
@@ -208,6 +218,8 @@ class NetworkMCTS:
             raise ValueError(f"NetworkMCTS: {len(engine_states)} engine states for {len(action_mask)} rows")
         if not engine_states:
             return torch.zeros(0, dtype=torch.int64, device=action_mask.device)
+        if self.rollout_weight > 0:
+            self._rng = random.Random(int(torch.randint(2**31 - 1, (1,), generator=generator, device=generator.device)))
         roots = self.search(engine_states)
         return self._choose(roots, generator).to(action_mask.device)
 
@@ -259,12 +271,24 @@ class NetworkMCTS:
             probs = torch.softmax(logits.float(), -1).cpu().numpy().astype(np.float64)
             values = value.float().cpu().tolist()
             priors = [_normalised(probs[i, node.legal]) for i, node in enumerate(leaves)]
+        mix = self.rollout_weight
         for (path, node), prior, value in zip(pending, priors, values, strict=True):
             node.prior = prior
             # The network's value is the acting seat's; the other seat of a two-seat zero-sum game has its negation.
             per_seat = [-value] * node.state.num_players()
             per_seat[node.player] = value
+            if mix > 0:
+                played = self._rollout(node.state)
+                per_seat = [(1.0 - mix) * v + mix * z for v, z in zip(per_seat, played, strict=True)]
             _backup(path, per_seat, self._best)
+
+    def _rollout(self, state: Any) -> list[float]:
+        """Every seat's result of one game played on from ``state`` with uniformly random moves."""
+        state = state.clone()
+        choice = self._rng.choice
+        while not state.is_terminal():
+            state.apply_action(choice(state.legal_actions()))
+        return state.returns()
 
     def _observe(self, leaves: list[_Node]) -> tuple[torch.Tensor, torch.Tensor]:
         """The acting seat's observation and legal-action mask of each leaf, as the env would give them."""
