@@ -124,7 +124,7 @@ def test_single_array_image_observation_takes_a_cnn() -> None:
         ({}, {"state": "impala"}, ["observation key 'state' (float32 (4,)) is not an image", "impala CNN",
                                    "['pixels']", "give it mlp"]),
         ({}, {"velocity": "nature"}, ["has no observation key 'velocity'", "['pixels', 'state']"]),
-        ({}, "resnet", ["model.encoder='resnet' is not an encoder", "['mlp', 'hearts', 'nature', 'impala']"]),
+        ({}, "resnet", ["model.encoder='resnet' is not an encoder", "['mlp', 'hearts', 'nature', 'impala', 'board']"]),
     ],
     ids=["too_small", "too_small_single_hwc", "not_an_image", "unknown_key", "unknown_name"],
 )  # fmt: skip

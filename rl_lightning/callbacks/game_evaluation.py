@@ -19,7 +19,8 @@ from rl_lightning.envs.base import TorchEnv
 from rl_lightning.errors import ConfigError
 from rl_lightning.games import panel as panels
 from rl_lightning.games.exploitability import MAX_STATES, InfoStateTable
-from rl_lightning.games.match import PolicyBot
+from rl_lightning.games.match import PolicyBot, check_engine_players
+from rl_lightning.games.search import NetworkMCTS
 from rl_lightning.games.summary import match_metrics
 
 
@@ -69,6 +70,10 @@ class GameEvaluation(Callback):
             more than ``max_exploitability_states`` decision states, is refused at setup. ``opponents`` may then be
             ``[]`` (no matches).
         max_exploitability_states: the cap on the decision states enumerated (tic-tac-toe has 294,778).
+        search_simulations: above 0, the policy plays through ``NetworkMCTS`` (``rl_lightning.games.search``):
+            a tree search of this many simulations per move with the network's policy as prior and its value head
+            at the leaves, so the panel shows what the searching agent plays (perfect-information OpenSpiel games
+            only); 0 plays the network alone.
     """
 
     def __init__(
@@ -85,17 +90,20 @@ class GameEvaluation(Callback):
         batch_size: int = 256,
         exploitability: bool = False,
         max_exploitability_states: int = MAX_STATES,
+        search_simulations: int = 0,
     ) -> None:
         self.cadence = Cadence("GameEvaluation", every_n_updates, every_n_env_steps)
         self.opponents = [] if exploitability and opponents == [] else panels.check_opponents(
             ["random", "heuristic"] if opponents is None else opponents, "GameEvaluation")  # fmt: skip
         for name, value, least in (("num_games", num_games, 1), ("batch_size", batch_size, 1),
-                                   ("rating_games", rating_games or 0, 0)):  # fmt: skip
+                                   ("rating_games", rating_games or 0, 0),
+                                   ("search_simulations", search_simulations, 0)):  # fmt: skip
             if value < least:
                 raise ConfigError(f"GameEvaluation: {name}={value} must be >= {least}")
         self.every_n_updates, self.every_n_env_steps = every_n_updates, every_n_env_steps
         self.num_games, self.duplicate, self.rating_games = num_games, duplicate, rating_games
         self.deterministic, self.env, self.seed, self.batch_size = deterministic, env, seed, batch_size
+        self.search_simulations = search_simulations
         self.last_updates = -1
         self.eval_seconds = 0.0
         self.history: list[dict[str, float]] = []
@@ -145,6 +153,7 @@ class GameEvaluation(Callback):
         env = self.game_env(trainer)
         self._check_game(env)
         self._panel(trainer, env, pl_module)  # an opponent that cannot play fails now, before any training
+        check_engine_players(env, [self._tested(pl_module)], "GameEvaluation.search_simulations")
         self._resolved_deterministic = pl_module.eval_deterministic if self.deterministic is None else \
             self.deterministic  # fmt: skip
 
@@ -187,7 +196,7 @@ class GameEvaluation(Callback):
         """Play the panel (and the rating round robin) once; ``{prefix}/vs_<name>/*`` and ``{prefix}/rating/*``."""
         env = self.game_env(trainer)
         panel = self._panel(trainer, env, pl_module)
-        policy = panels.Player(panels.POLICY, PolicyBot(pl_module, self.deterministic, self.seed))
+        policy = panels.Player(panels.POLICY, self._tested(pl_module))
         deals = self.num_games // env.spec.num_seats
         was_training = pl_module.training
         pl_module.eval()
@@ -222,6 +231,12 @@ class GameEvaluation(Callback):
             pl_module.train(was_training)
         values["exploitability_s"] = time.perf_counter() - start
         return {f"{prefix}/{key}": value for key, value in values.items()}
+
+    def _tested(self, pl_module: Any) -> Any:
+        """The policy as a player: the network alone, or its tree search (``search_simulations``)."""
+        if self.search_simulations:
+            return NetworkMCTS(pl_module, self.search_simulations)
+        return PolicyBot(pl_module, self.deterministic, self.seed)
 
     def _panel(self, trainer: pl.Trainer, env: TorchEnv, pl_module: Any) -> list[panels.Player]:
         """The opponents now (the league's snapshots change between evaluations)."""

@@ -9,14 +9,17 @@ their outputs in the spec's key order, as SB3's ``CombinedExtractor`` does:
 * a ``Discrete(n)`` leaf becomes a one-hot of width ``n``;
 * an image leaf (rank-3 ``uint8``, channels-first or -last: ``networks/cnn.py``) gets the CNN the config names
   (``nature`` or ``impala``), or, with ``mlp``, is flattened and scaled to ``[0, 1]`` (``/255``);
+* a board leaf (rank-3 planes ``[C, H, W]`` of another dtype, e.g. OpenSpiel's Connect Four ``[3, 6, 7]``) gets the
+  convolutional ``board`` encoder when the config names it (``networks/board.py``), else is flattened;
 * a game's vector observation may instead get that game's fixed decoding: ``hearts`` turns OpenSpiel Hearts'
   5,088-wide information state into 516 features of the acting seat (``networks/hearts.py``).
 
-The ``encoder`` choice is one name for every image leaf (``"nature"``), or a mapping from leaf names (``"/"``-joined
-nested keys; ``"obs"`` for a single-array observation) to names, unnamed leaves taking ``mlp``. A CNN named for a
-leaf that is not an image, or for an image smaller than it takes, and a decoding named for an observation it does not
-read, are refused in one line. Only the CNNs have parameters: with ``mlp`` (or a decoding) adding an encoder changes
-neither a module's ``state_dict`` nor its initialisation.
+The ``encoder`` choice is one name for every image leaf (``"nature"``) or every board leaf (``"board"``), or a
+mapping from leaf names (``"/"``-joined nested keys; ``"obs"`` for a single-array observation) to names, unnamed
+leaves taking ``mlp``. A CNN named for a leaf that is not an image, for an image smaller than it takes, ``board`` for
+a leaf that is not rank-3 planes, and a decoding named for an observation it does not read, are refused in one line.
+Only the CNNs have parameters: with ``mlp`` (or a decoding) adding an encoder changes neither a module's
+``state_dict`` nor its initialisation.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from rl_lightning.errors import ConfigError
+from rl_lightning.networks.board import BoardEncoder, is_board
 from rl_lightning.networks.cnn import CNNS, MIN_SIZE, fits
 from rl_lightning.networks.distributions import one_hot
 from rl_lightning.networks.hearts import HeartsFeatures
@@ -70,8 +74,10 @@ class FlattenPixels(FlattenFloat):
 #: Fixed decodings of one game's vector observation (no parameters): ``hearts`` reads OpenSpiel Hearts' information
 #: state (``networks/hearts.py``).
 DECODERS: dict[str, type[nn.Module]] = {"hearts": HeartsFeatures}
-#: What ``encoder`` may name: ``mlp`` (flatten into the MLP trunk), a game decoding or one of the CNNs.
-ENCODERS = ("mlp", *DECODERS, *CNNS)
+#: The convolutional encoder of board planes (``networks/board.py``).
+BOARD = "board"
+#: What ``encoder`` may name: ``mlp`` (flatten into the MLP trunk), a game decoding, a pixel CNN, or ``board``.
+ENCODERS = ("mlp", *DECODERS, *CNNS, BOARD)
 EncoderChoice = str | Mapping[str, str]
 
 
@@ -93,6 +99,8 @@ def leaf_encoder(leaf: ObsLeaf, name: str = "mlp") -> nn.Module:
         return DECODERS[name]()
     if name in CNNS:
         return CNNS[name](leaf.shape)
+    if name == BOARD:
+        return BoardEncoder(leaf.shape)
     return FlattenPixels(leaf.shape) if is_image(leaf) else FlattenFloat(leaf.shape)
 
 
@@ -108,8 +116,16 @@ def choose_encoders(
             _refuse_decoder(field, encoder, spec, leaves)
     elif isinstance(encoder, str):
         _check_name(field, encoder)
-        chosen = {key: encoder if is_image(leaf) else "mlp" for key, leaf in leaves}
-        if encoder != "mlp" and not any(is_image(leaf) for _, leaf in leaves):
+        if encoder == BOARD:
+            chosen = {key: BOARD if _is_board(leaf) else "mlp" for key, leaf in leaves}
+            if not any(_is_board(leaf) for _, leaf in leaves):
+                raise ConfigError(
+                    f"{field}=board is a CNN for board planes (rank-3 [C, H, W], not uint8) and {spec.name} has none "
+                    f"({_describe(leaves)}); use {field}=mlp"
+                )
+        else:
+            chosen = {key: encoder if is_image(leaf) else "mlp" for key, leaf in leaves}
+        if encoder not in ("mlp", BOARD) and not any(is_image(leaf) for _, leaf in leaves):
             raise ConfigError(
                 f"{field}={encoder!r} is a CNN for image observations (rank-3 uint8) and {spec.name} has none "
                 f"({_describe(leaves)}); use {field}=mlp"
@@ -128,8 +144,13 @@ def choose_encoders(
         choice = chosen[key]
         if choice in CNNS:
             _check_image(field, key, leaf, choice, leaves)
-        if choice in DECODERS and not _decodes(choice, leaf):
+        elif choice in DECODERS and not _decodes(choice, leaf):
             _refuse_decoder(f"{field}[{leaf_name(key)!r}]", choice, spec, leaves)
+        elif choice == BOARD and not _is_board(leaf):
+            raise ConfigError(
+                f"{field}: observation key {leaf_name(key)!r} ({_shape_dtype(leaf)}) is not board planes, so the board "
+                "encoder cannot take it; board takes rank-3 [C, H, W] keys that are not uint8 images; give it mlp"
+            )
         out.append((key, leaf, choice))
     return out
 
@@ -168,6 +189,10 @@ def _check_image(field: str, key: tuple[str, ...], leaf: ObsLeaf, choice: str, l
         )
 
 
+def _is_board(leaf: ObsLeaf) -> bool:
+    return is_board(leaf.shape, leaf.dtype, leaf.classes)
+
+
 def _shape_dtype(leaf: ObsLeaf) -> str:
     dtype = str(leaf.dtype).removeprefix("torch.")
     return f"Discrete({leaf.classes})" if leaf.classes else f"{dtype} {tuple(leaf.shape)}"
@@ -182,7 +207,8 @@ class ObsEncoder(nn.Module):
 
     Args:
         spec: the env's spec; its ``obs_leaves`` decide the per-key encoders and their order.
-        encoder: ``mlp``, ``nature`` or ``impala`` for every image leaf, or ``{leaf name: choice}``.
+        encoder: ``mlp``, ``nature`` or ``impala`` for every image leaf, ``board`` for every board leaf, or
+            ``{leaf name: choice}``.
         field: the config field named in errors.
     """
 

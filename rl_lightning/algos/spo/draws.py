@@ -54,8 +54,8 @@ class GeneratorDraws:
     def root(self, prior: ActorCriticPrior, params: PolicyParams) -> torch.Tensor:
         return prior.sample(params, self.generator)
 
-    def step(self, env: TorchEnv, depth: int, state: TensorDict, action: torch.Tensor):
-        return env.step_state(state, action, self.generator, inplace=False)
+    def step(self, env: TorchEnv, depth: int, state: TensorDict, action: torch.Tensor, inplace: bool = False):
+        return env.step_state(state, action, self.generator, inplace=inplace)
 
     def proposal(self, prior: ActorCriticPrior, depth: int, params: PolicyParams) -> torch.Tensor:
         return prior.sample(params, self.generator)

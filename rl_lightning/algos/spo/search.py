@@ -21,7 +21,9 @@ Timing of one search step (particle ``i``, depth ``d``)::
     state_d ──a_d──▶ env.step_state ──▶ r_d, term_d, trunc_d, final_obs_d (→ V), obs_d+1 (→ a_d+1 ~ π)
                                      └─ w_i += δ_d·alive_i ;  alive_i &= ¬(term_d ∨ trunc_d) ;  resample?
 
-Every env state the search creates is released (snapshot ids of the Gymnasium adapter), also on errors.
+Every env state the search creates is released (snapshot ids of the Gymnasium adapter), also on errors. Registry
+envs are copied once per particle and then stepped in place (a copy per particle and step cost Connect Four's
+search most of its time: ``benchmarks/connect_four_search.py --spo-profile``).
 """
 
 from __future__ import annotations
@@ -142,7 +144,10 @@ def smc_search(
     """Run SMC search from ``root_state`` (``E`` envs; left untouched) and read out the target.
 
     Args:
-        env: the functional env used as a perfect model (``step_state(..., inplace=False)``).
+        env: the functional env used as a perfect model: ``step_state(..., inplace=False)`` for tensor states; an
+            env whose states live in a registry (``state_is_tensors = False``: game engines, Gymnasium copies)
+            is copied once per particle (``snapshot``) and stepped in place, a resample releasing the states
+            it drops (survivors sharing a state are copied by the next in-place step).
         root_state: the real envs' states ``[E]``.
         root_obs: their observations (``obs``, ``action_mask``) ``[E]``.
         prior: proposal policy and bootstrap critic (the online networks).
@@ -179,6 +184,9 @@ def _search(
     root_actions = _root_actions(prior, root_obs, config, draws, explore)
     offsets = torch.arange(num_envs, device=device).unsqueeze(-1) * n  # [E, 1]
     state = root_state[torch.arange(num_envs, device=device).repeat_interleave(n)]
+    # Registry envs (game engines, Gymnasium copies): one copy per particle, then every step in place; tensor states
+    # step functionally (a copy there is a cheap batched op, and compiled searches need the pure form).
+    in_place = not env.state_is_tensors and isinstance(draws, GeneratorDraws)
     action = root_actions
     value = root_value.repeat_interleave(n)
     log_w = torch.zeros(num_envs, n, device=device)
@@ -189,11 +197,14 @@ def _search(
     ess, alive_frac, resampled = [], [], []
     owned: TensorDict | None = None  # the search's own states (released when replaced)
     try:
+        if in_place and depth > 0:
+            state = owned = env.snapshot(state)
         for d in range(depth):
-            next_state, out = draws.step(env, d, state, action)
-            if owned is not None:
+            next_state, out = draws.step(env, d, state, action, inplace=True) if in_place else draws.step(
+                env, d, state, action)  # fmt: skip
+            if owned is not None and not in_place:
                 env.release(owned)
-            owned = next_state
+            owned = next_state  # in place: the stepped states and the copies made for particles sharing one
             if searcher is None:
                 reward = out[keys.REWARD]
                 bootstrap = (~out[keys.TERMINATED]) * config.gamma * prior.value(out[keys.FINAL_OBS])
@@ -223,6 +234,11 @@ def _search(
             idx = torch.where(due.unsqueeze(-1), idx, torch.arange(n, device=device))
             flat = (idx + offsets).reshape(-1)
             state = next_state[flat]
+            if in_place:  # the particles no survivor copies are freed now; survivors sharing a state fork next step
+                dropped = torch.ones(num_envs * n, dtype=torch.bool, device=device)
+                dropped[flat] = False
+                env.release(next_state[dropped])
+                owned = state
             action, root_actions, value, alive = next_action[flat], root_actions[flat], value[flat], alive[flat]
             searcher = None if searcher is None else searcher[flat]
             log_w = torch.where(due.unsqueeze(-1), torch.zeros_like(log_w), log_w)
