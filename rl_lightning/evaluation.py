@@ -16,7 +16,7 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning import keys, stop
-from rl_lightning.envs.base import BatchedEnv, EnvSpec, TorchEnv
+from rl_lightning.envs.base import BatchedEnv, EnvSpec, TorchEnv, data_device
 from rl_lightning.video import FrameRecorder
 
 _CHECK_EVERY = 32  # env steps between the (host-syncing) "all episodes finished?" checks
@@ -146,7 +146,7 @@ def random_action(spec: EnvSpec, obs: TensorDict, generator: torch.Generator) ->
     standard normal where neither is (e.g. under ``ClipAction``), an exponential from the finite bound otherwise.
     """
     batch = obs.batch_size[0]
-    device = obs.device
+    device = data_device(obs)
     kind = spec.action_kind
     if kind == "discrete":
         noise = torch.rand(batch, spec.num_actions, generator=generator, device=device)

@@ -413,7 +413,8 @@ def test_cuda_tests_pass_under_the_cuda_sanitizer():
     """Every test above again, in a subprocess with ``TORCH_CUDA_SANITIZER=1``: any unsynchronised access of a
     tensor from two streams (the hazards above, and any this file does not delay for) fails the run."""
     root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "TORCH_CUDA_SANITIZER": "1", "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
+    path = [str(root), str(root / "tests"), os.environ.get("PYTHONPATH", "")]  # the caller's path too (site dirs)
+    env = {**os.environ, "TORCH_CUDA_SANITIZER": "1", "PYTHONPATH": os.pathsep.join(filter(None, path))}
     command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
                "not sanitizer and not overlaps"]  # fmt: skip
     done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=1800)

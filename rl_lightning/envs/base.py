@@ -127,6 +127,14 @@ def restore_dtypes(obj: Any, state: dict[str, Any]) -> None:
         object.__setattr__(obj, key, value)
 
 
+def data_device(td: TensorDict) -> torch.device:
+    """The device ``td``'s tensors live on: its ``device``, or its first leaf's where it has none (a TensorDict
+    built without ``device=`` reports ``None`` even when every tensor is on CUDA)."""
+    if td.device is not None:
+        return td.device
+    return next(iter(td.values(include_nested=True, leaves_only=True))).device
+
+
 def require_action_kind(spec: EnvSpec, algorithm: str, supported: tuple[str, ...]) -> None:
     """Refuse, with one line listing what ``algorithm`` supports, an env whose action space it cannot act in."""
     if spec.action_kind not in supported:

@@ -37,7 +37,7 @@ from rl_lightning import keys
 from rl_lightning.algos.spo.draws import GeneratorDraws, NoiseDraws, NoiseSource
 from rl_lightning.algos.spo.prior import ActorCriticPrior
 from rl_lightning.algos.spo.seats import searching_seats, seat_step_score
-from rl_lightning.envs.base import TorchEnv
+from rl_lightning.envs.base import TorchEnv, data_device
 from rl_lightning.errors import check_fields
 
 RESAMPLE_MODES = ("period", "ess")
@@ -161,8 +161,7 @@ def smc_search(
     """
     draws = GeneratorDraws(generator) if noise is None else NoiseSource(noise)
     low = SEARCH_PRECISIONS[config.precision]
-    leaf = next(iter(root_obs.values(include_nested=True, leaves_only=True)))  # a TensorDict's device may be None
-    with torch.autocast(leaf.device.type, dtype=low or torch.bfloat16, enabled=low is not None):
+    with torch.autocast(data_device(root_obs).type, dtype=low or torch.bfloat16, enabled=low is not None):
         return _search(env, root_state, root_obs, prior, config, temperature, draws, explore, greedy)
 
 
@@ -179,7 +178,7 @@ def _search(
 ) -> SearchResult:
     n, depth = config.num_particles, config.depth
     num_envs = root_state.batch_size[0]
-    device = root_obs.device
+    device = data_device(root_obs)  # root_obs.device is None when the TensorDict was built without one
     root_value = prior.value(root_obs[keys.OBS])
     root_actions = _root_actions(prior, root_obs, config, draws, explore)
     offsets = torch.arange(num_envs, device=device).unsqueeze(-1) * n  # [E, 1]
