@@ -1,7 +1,7 @@
 """Games through ``rl-lightning`` as a user runs them (a subprocess), with TensorBoard and CSV loggers both on.
 
 A few updates each of PettingZoo's Connect Four and tic-tac-toe (swapped into a bundled config from the command
-line, as docs/incoming/g26a.md shows), an OpenSpiel game that pays during play (Hanabi), a PettingZoo game whose
+line, as docs/guides/games.md shows), an OpenSpiel game that pays during play (Hanabi), a PettingZoo game whose
 seats leave before the end, and a user's own AEC game by module path; then each bad game input refused before any
 work, in one line naming the field and the fix, with exit code 2.
 """
@@ -178,7 +178,7 @@ def test_testing_a_checkpoint_logs_beside_its_run_without_warnings(tmp_path):
     assert -1.0 <= logged["test/vs_random/return_per_game_low"] <= logged["test/vs_random/return_per_game_high"] <= 1.0
 
     # The docs' game example of load_policy (flat observation_tensor reshaped, action_mask=), on this checkpoint.
-    docs = (ROOT / "docs" / "incoming" / "g26a.md").read_text()
+    docs = (ROOT / "docs" / "guides" / "games.md").read_text()
     example = re.search(r"<!-- game-inference-example -->\s*```python\n(.*?)```", docs, re.S).group(1)
     ckpt = runs / "version_0" / "checkpoints" / "last.ckpt"
     played = run_python(["-c", example.replace("runs/ppo_tictactoe/version_0/checkpoints/last.ckpt", str(ckpt))])

@@ -12,7 +12,7 @@ Not part of the package: the benchmarks call it as a subprocess with ``--peer-py
 Settings are rl-baselines3-zoo's (``hyperparams/ppo.yml``): HalfCheetah (``normalize: true`` → ``VecNormalize``
 with the agent's γ), CartPole-v1, and Atari (``AtariWrapper``, 8 envs, ``CnnPolicy``).
 ``solve`` trains until the first evaluation (``--eval-episodes`` deterministic episodes on a separate env, every
-``--eval-every`` env steps, checked after each update as ``benchmarks/ppo.py``'s learning section does) reaches
+``--eval-every`` env steps, checked after each update as ``benchmarks/classic/ppo.py``'s learning section does) reaches
 ``--target``, and reports the env steps there and the training seconds (evaluation time taken out).
 ``collect`` times ``PPO.collect_rollouts`` (policy forward, sampling, env step, rollout-buffer writes: SB3's own
 collection loop) into a buffer of ``steps`` ticks, after a warm-up rollout, and the raw rate of the same VecEnv

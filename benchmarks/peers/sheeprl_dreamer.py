@@ -1,7 +1,8 @@
 """sheeprl's DreamerV3 gradient step on CPU, timed inside a real sheeprl run, in sheeprl's own virtual environment.
 
-Not part of the package: ``benchmarks/dreamer.py --sections peer`` calls it as a subprocess with ``--peer-python`` (a
-venv holding ``sheeprl==0.8.4`` and ``torch==2.13.0``); it prints one JSON line (the last line of its stdout).
+Not part of the package: ``benchmarks/dreamer/dreamer.py --sections peer`` calls it as a subprocess with
+``--peer-python`` (a venv holding ``sheeprl==0.8.4`` and ``torch==2.13.0``); it prints one JSON line (the last line of
+its stdout).
 
     /work/sheeprlvenv/bin/python benchmarks/peers/sheeprl_dreamer.py [--steps 20] [--warmup 2] [--seed 42]
         [--precision 32-true|bf16-mixed]

@@ -179,7 +179,7 @@ class SequenceCollector(CollectorBase):
 
     def _count_ended(self) -> None:
         """Add the episodes ended since the last call to ``finished``, once per rollout: a torchmetrics update per
-        tick made an Atari prefill tick 7% slower (``benchmarks/dreamer_real.py``)."""
+        tick made an Atari prefill tick 7% slower (``benchmarks/dreamer/dreamer_real.py``)."""
         if self._ended:
             returns, lengths, done = (torch.stack(column) for column in zip(*self._ended, strict=True))
             self.finished.update(returns, lengths, done)

@@ -51,7 +51,7 @@ class HeartsHeuristic:
     spades, then the highest hearts, then the highest other cards. Against three uniformly random seats it takes
     4.77 ± 0.27 points per hand without passing (``pass_cards: false``; the issue's "about 4.8") and 3.74 ± 0.24
     with OpenSpiel's default passing, where giving the queen away pays off (random seats: 6.5; 2,000 hands,
-    ``benchmarks/games.py --sections bots``). Deterministic: ``generator`` is unused.
+    ``benchmarks/games/games.py --sections bots``). Deterministic: ``generator`` is unused.
     """
 
     def __call__(

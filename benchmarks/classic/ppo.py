@@ -1,11 +1,11 @@
 """PPO benchmark: sample efficiency and wall time to target, env/collector throughput, and Trainer overhead.
 
-    python benchmarks/ppo.py                 # full run: 3 seeds × (CartPole, Pendulum, TicTacToe) + throughput
-    python benchmarks/ppo.py --quick         # 1 seed, shorter throughput/overhead measurements
-    python benchmarks/ppo.py --seeds 5 --envs cartpole --sections learning
-    python benchmarks/ppo.py --envs cartpole --sections repro   # same seed twice: identical evaluations?
-    python benchmarks/ppo.py --profile [--profile-config ppo_halfcheetah.yaml]   # where an update's time goes
-    python benchmarks/ppo.py --sections overhead [--overhead-config ppo_halfcheetah.yaml]
+    python benchmarks/classic/ppo.py                 # full run: 3 seeds × (CartPole, Pendulum, TicTacToe) + throughput
+    python benchmarks/classic/ppo.py --quick         # 1 seed, shorter throughput/overhead measurements
+    python benchmarks/classic/ppo.py --seeds 5 --envs cartpole --sections learning
+    python benchmarks/classic/ppo.py --envs cartpole --sections repro   # same seed twice: identical evaluations?
+    python benchmarks/classic/ppo.py --profile [--profile-config ppo_halfcheetah.yaml]   # where an update's time goes
+    python benchmarks/classic/ppo.py --sections overhead [--overhead-config ppo_halfcheetah.yaml]
 
 Learning runs use the bundled configs (``configs/ppo*.yaml``) unchanged, except that the logger, checkpointing,
 progress bar and the configs' own callbacks are replaced by one evaluation callback that evaluates often and stops
@@ -19,10 +19,13 @@ import argparse
 import copy
 import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))  # benchmarks/shared: _common.py & co.
 from _common import (  # first: it silences warnings and Lightning's INFO logging before they import
     RunResult,
     TargetEvaluation,
@@ -421,7 +424,7 @@ def print_overhead(r: dict[str, Any]) -> None:
     print(f"  PPO.update inside Trainer.fit        {r['fit_update'] * ms:8.2f} ms")
     print(f"  PPO.update in a bare Python loop     {r['bare_update'] * ms:8.2f} ms")
     print(f"  ratio fit / bare (median of pairs)   {r['ratio']:8.3f}")
-    print(f"  hand-written update, same math       {r['hand_update'] * ms:8.2f} ms  (benchmarks/_bare_ppo.py)")
+    print(f"  hand-written update, same math       {r['hand_update'] * ms:8.2f} ms  (benchmarks/classic/_bare_ppo.py)")
     steps = r["optimizer_steps"]
     print(
         f"  ratio fit / hand-written             {r['hand_ratio']:8.3f}  (target <= 1.15; per optimiser step "

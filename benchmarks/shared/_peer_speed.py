@@ -22,7 +22,7 @@ from lightning.pytorch.callbacks import Checkpoint
 
 from rl_lightning.callbacks import Evaluation
 
-PEER_SCRIPT = Path(__file__).resolve().parent / "peers" / "sb3_ppo.py"
+PEER_SCRIPT = Path(__file__).resolve().parents[1] / "peers" / "sb3_ppo.py"
 
 
 @dataclass

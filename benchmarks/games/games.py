@@ -1,8 +1,8 @@
 """Multi-seat games (issue 21): bundled bots' strength and the game envs' throughput, one function per section.
 
-    python benchmarks/games.py --sections bots,throughput
-    python benchmarks/games.py --sections bots --hands 2000
-    python benchmarks/games.py --sections throughput --games 64 --seconds 3 --rounds 5
+    python benchmarks/games/games.py --sections bots,throughput
+    python benchmarks/games/games.py --sections bots --hands 2000
+    python benchmarks/games/games.py --sections throughput --games 64 --seconds 3 --rounds 5
 
 bots: the Hearts heuristic in seat 0 against three uniformly random seats (points taken per hand, mean and 95%
 interval over ``--hands`` hands; four random seats beside it) and the Connect Four heuristic against random (win /
@@ -17,26 +17,26 @@ per round, its median printed.
 panel: the evaluation match driver (``rl_lightning.games``) on Hearts with duplicate deals and seats rotated:
 HeartsHeuristic against three random seats, and a random seat against three heuristics, over ``--hands`` hands
 each; points per hand with a 95% interval, the opponent's own points in the same seats and deals, the paired p.
-    python benchmarks/games.py --sections panel --hands 2000
+    python benchmarks/games/games.py --sections panel --hands 2000
 
 selfplay_throughput: self-play collection (``SelfPlayCollector``, a PPO with ppo_hearts.yaml's network acting for
 all four seats) on Hearts with ``--games`` games against the bare pyspiel random loop, interleaved rounds.
 credit_cost: the per-seat credit's share of a PPO update on one Hearts rollout (``--games`` x 32 ticks).
-    python benchmarks/games.py --sections selfplay_throughput,credit_cost --games 64
+    python benchmarks/games/games.py --sections selfplay_throughput,credit_cost --games 64
 
 spo_vs_ppo: SPO self-play (configs/spo_connect_four.yaml) against PPO self-play (configs/ppo_connect_four.yaml) on
 Connect Four, both trained to ``--c4-steps`` env steps, ``--c4-match-games`` games with seats alternated (SPO's
 win rate with its Wilson interval), and each against random.
-    python benchmarks/games.py --sections spo_vs_ppo --c4-steps 30720 --c4-match-games 400
+    python benchmarks/games/games.py --sections spo_vs_ppo --c4-steps 30720 --c4-match-games 400
 
-bc: behaviour cloning as PPO's starting point on Hearts (``benchmarks/_games_bc.py``): BC on HeartsHeuristic's games,
-then PPO self-play from its weights and from scratch side by side; points per hand against three random seats at
+bc: behaviour cloning as PPO's starting point on Hearts (``benchmarks/games/_games_bc.py``): BC on HeartsHeuristic's
+games, then PPO self-play from its weights and from scratch side by side; points per hand against three random seats at
 each checkpoint.
-    python benchmarks/games.py --sections bc --bc-games 300 --ppo-steps 204800 --seconds 900
+    python benchmarks/games/games.py --sections bc --bc-games 300 --ppo-steps 204800 --seconds 900
 
 mcts: a Connect Four PPO checkpoint (or ppo_connect_four.yaml trained for ``--mcts-train-minutes``) against OpenSpiel's
-MCTSBot with random rollouts and against random, seats alternated (``benchmarks/_games_mcts.py``).
-    python benchmarks/games.py --sections mcts --mcts-ckpt PATH/last.ckpt --mcts-games 200 --mcts-simulations 100
+MCTSBot with random rollouts and against random, seats alternated (``benchmarks/games/_games_mcts.py``).
+    python benchmarks/games/games.py --sections mcts --mcts-ckpt PATH/last.ckpt --mcts-games 200 --mcts-simulations 100
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
@@ -292,7 +292,7 @@ def run_spo_vs_ppo(env_steps: int, games: int, workdir: str, spo_ckpt: str, ppo_
 
     work = Path(workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     checkpoints = {"spo": spo_ckpt, "ppo": ppo_ckpt}
     for algo in ("spo", "ppo"):
         if checkpoints[algo]:
@@ -417,12 +417,12 @@ def main() -> None:
     if "spo_vs_ppo" in sections:
         run_spo_vs_ppo(args.c4_steps, args.c4_match_games, args.c4_workdir, args.spo_ckpt, args.ppo_ckpt, args.seed)
     if "bc" in sections:
-        from benchmarks._games_bc import run_bc
+        from _games_bc import run_bc
 
         run_bc(args.bc_games, args.bc_epochs, args.ppo_steps, args.ckpt_every, args.seconds, args.eval_hands,
                args.target, args.workdir, args.seed)  # fmt: skip
     if "mcts" in sections:
-        from benchmarks._games_mcts import run_mcts
+        from _games_mcts import run_mcts
 
         run_mcts(args.mcts_ckpt, args.mcts_games, args.mcts_simulations, args.mcts_train_minutes, args.mcts_workdir,
                  args.seed)  # fmt: skip

@@ -1,12 +1,12 @@
 """MuJoCo PPO benchmark (not ``mujoco.py``: run as a script, that name would shadow the ``mujoco`` package):
 ``configs/ppo_halfcheetah.yaml`` through the CLI, its TensorBoard curves, and env throughput per backend.
 
-    python benchmarks/ppo_mujoco.py                              # seed 0, 1M env steps (~27 CPU-minutes)
-    python benchmarks/ppo_mujoco.py --seeds 0,1,2 --out /tmp/hc  # one run after another
-    python benchmarks/ppo_mujoco.py --total-env-steps 300000     # a shorter run (the curve up to there)
-    python benchmarks/ppo_mujoco.py --read /tmp/hc/ppo_halfcheetah/seed0   # tables from finished runs' event files
-    python benchmarks/ppo_mujoco.py --sections throughput        # env steps/s per Gymnasium backend
-    python benchmarks/ppo_mujoco.py --sections speed,throughput --num-envs 8 --peer-python SB3_VENV/bin/python
+    python benchmarks/mujoco/ppo_mujoco.py                              # seed 0, 1M env steps (~27 CPU-minutes)
+    python benchmarks/mujoco/ppo_mujoco.py --seeds 0,1,2 --out /tmp/hc  # one run after another
+    python benchmarks/mujoco/ppo_mujoco.py --total-env-steps 300000     # a shorter run (the curve up to there)
+    python benchmarks/mujoco/ppo_mujoco.py --read /tmp/hc/ppo_halfcheetah/seed0   # tables from finished runs' events
+    python benchmarks/mujoco/ppo_mujoco.py --sections throughput        # env steps/s per Gymnasium backend
+    python benchmarks/mujoco/ppo_mujoco.py --sections speed,throughput --num-envs 8 --peer-python SB3_VENV/bin/python
 
 Needs ``pip install rl_lightning[mujoco]``. Each learning run is ``python -m rl_lightning.cli fit --config
 configs/ppo_halfcheetah.yaml --seed_everything S`` with the config's own callbacks (deterministic evaluation of
@@ -26,7 +26,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))  # benchmarks/shared: _common.py & co.
 CONFIG = REPO / "configs" / "ppo_halfcheetah.yaml"
 
 # Published figures at 1M env steps (research/envs.md §4 and issue 11). None of these sources gives a figure at an

@@ -1,8 +1,8 @@
 """Recurrent PPO (LSTM) against feed-forward PPO and sb3-contrib's RecurrentPPO on two tasks that need memory.
 
-    python benchmarks/recurrent.py                                    # CartPole [x, theta], seeds 0 1
-    python benchmarks/recurrent.py --seeds 3 --peer-python /tmp/sb3c_venv/bin/python
-    python benchmarks/recurrent.py --task repeat_first --seeds 2 --peer-python V/bin/python
+    python benchmarks/recurrent/recurrent.py                                    # CartPole [x, theta], seeds 0 1
+    python benchmarks/recurrent/recurrent.py --seeds 3 --peer-python /tmp/sb3c_venv/bin/python
+    python benchmarks/recurrent/recurrent.py --task repeat_first --seeds 2 --peer-python V/bin/python
 
 ``--task cartpole``: the torch-native CartPole observing ``[x, theta]`` only (``CartPole(observe="position")``,
 rl-zoo's ``CartPoleNoVel-v1``): without the velocities a feed-forward policy cannot tell which way the pole moves.
@@ -29,17 +29,19 @@ import argparse
 import json
 import statistics
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))  # benchmarks/shared: _common.py & co.
 from _common import RunResult, TargetEvaluation, fit_with, median_or_inf, overrides_to_args, print_summary
 
 # isort: split
 from rl_lightning.envs import CartPole
 
-PEER_SCRIPT = Path(__file__).resolve().parent / "peers" / "sb3_recurrent_ppo.py"
+PEER_SCRIPT = Path(__file__).resolve().parents[1] / "peers" / "sb3_recurrent_ppo.py"
 WALL_TARGET = 0.5  # issue 22: ours' training wall time to solve <= 0.5x sb3-contrib's
 _MASKED = '{"class_path": "rl_lightning.envs.CartPole", "init_args": {"observe": "position"}}'
 _REPEAT_FIRST = (

@@ -1,4 +1,4 @@
-"""``benchmarks/games.py --sections mcts``: a Connect Four PPO policy against OpenSpiel's ``MCTSBot`` (issue 21).
+"""``benchmarks/games/games.py --sections mcts``: a Connect Four PPO policy against OpenSpiel's ``MCTSBot`` (issue 21).
 
 Trains ``configs/ppo_connect_four.yaml`` as shipped for ``--mcts-train-minutes`` of wall clock (``--trainer.max_time``)
 unless ``--mcts-ckpt`` names a checkpoint, then plays its policy, greedy (its ``GameEvaluation`` form) and sampling,
@@ -7,7 +7,7 @@ against uniformly random play, ``--mcts-games`` games each with seats alternated
 through the evaluation match driver). For reference, MCTS against random and the bundled ConnectFourHeuristic against
 MCTS. Win / draw / loss, the win rate with its 95% Wilson interval and the sign test of wins against losses
 (``rl_lightning.games.match_metrics``).
-    python benchmarks/games.py --sections mcts --mcts-ckpt PATH/last.ckpt --mcts-games 200 --mcts-simulations 100
+    python benchmarks/games/games.py --sections mcts --mcts-ckpt PATH/last.ckpt --mcts-games 200 --mcts-simulations 100
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from rl_lightning.games import PolicyBot, match_metrics, play_match
 
 def _train(minutes: int, workdir: Path) -> str:
     """``rl-lightning fit --config ppo_connect_four.yaml`` stopped after ``minutes``; the path of its last.ckpt."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     args = ["fit", "--config", str(root / "configs" / "ppo_connect_four.yaml"),
             "--trainer.max_time", f"00:00:{minutes:02d}:00", "--trainer.logger.init_args.save_dir",
             str(workdir / "runs"), "--trainer.logger.init_args.version", "mcts_bench",

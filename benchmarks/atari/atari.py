@@ -1,11 +1,11 @@
 """Atari benchmark: Breakout throughput per backend against SB3, PPO Breakout's learning curve, DreamerV3 on Atari
 (replay bytes per transition, gradient steps/s, world-model loss), and memory. Needs the ``[atari,envpool]`` extras.
 
-    python benchmarks/atari.py --sections throughput --peer-python SB3_VENV/bin/python
-    python benchmarks/atari.py --sections learning --out /tmp/breakout      # PPO, 1M agent steps (about an hour)
-    python benchmarks/atari.py --read /tmp/breakout/ppo_atari/version_0     # tables of a finished run
-    python benchmarks/atari.py --sections dreamer --presets XS,S --dreamer-updates 30
-    python benchmarks/atari.py --sections memory
+    python benchmarks/atari/atari.py --sections throughput --peer-python SB3_VENV/bin/python
+    python benchmarks/atari/atari.py --sections learning --out /tmp/breakout      # PPO, 1M agent steps (about an hour)
+    python benchmarks/atari/atari.py --read /tmp/breakout/ppo_atari/version_0     # tables of a finished run
+    python benchmarks/atari/atari.py --sections dreamer --presets XS,S --dreamer-updates 30
+    python benchmarks/atari/atari.py --sections memory
 
 Ours run the bundled configs (``configs/ppo_atari.yaml``, ``configs/dreamer_atari.yaml``) built by the CLI;
 SB3 runs ``benchmarks/peers/sb3_ppo.py`` in its own virtual environment (rl-zoo Atari settings: ``AtariWrapper``,
@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))  # benchmarks/shared: _common.py & co.
 from _common import build_cli  # first: it silences warnings and Lightning's INFO logging before they import
 
 # isort: split
@@ -38,8 +39,8 @@ import rl_lightning.envs as envs
 from rl_lightning.algos import PPO
 from rl_lightning.callbacks import Evaluation
 
-REPO = Path(__file__).resolve().parents[1]
-PEER = Path(__file__).resolve().parent / "peers" / "sb3_ppo.py"
+REPO = Path(__file__).resolve().parents[2]
+PEER = Path(__file__).resolve().parents[1] / "peers" / "sb3_ppo.py"
 GAME = "Breakout"
 BACKENDS = {
     "in-process": ("GymnasiumEnv", {}),

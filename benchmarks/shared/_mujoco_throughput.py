@@ -72,7 +72,7 @@ SB3_KIND = {"in-process": "dummy", "sync": "dummy", "async": "subproc"}
 
 def peer_rates(peer_python: str, num_envs: int, ticks: int, repeats: int) -> dict[str, dict[str, float]]:
     """SB3's ``collect_rollouts`` (its MlpPolicy) and raw VecEnv rates, ``DummyVecEnv`` and ``SubprocVecEnv``."""
-    script = Path(__file__).resolve().parent / "peers" / "sb3_ppo.py"
+    script = Path(__file__).resolve().parents[1] / "peers" / "sb3_ppo.py"
     rates = {}
     for vec in ("dummy", "subproc"):
         cmd = [peer_python, str(script), "collect", "--env", "halfcheetah", "--num-envs", str(num_envs)]

@@ -1,4 +1,4 @@
-"""``benchmarks/games.py --sections bc``: behaviour cloning as PPO's starting point on Hearts (issue 21 item 6).
+"""``benchmarks/games/games.py --sections bc``: behaviour cloning as PPO's starting point on Hearts (issue 21 item 6).
 
 Records ``--bc-games`` games of HeartsHeuristic, runs ``rl-lightning fit --config bc_hearts.yaml`` on them, then two
 ``ppo_hearts.yaml`` runs side by side (same seed, budget and wall-clock limit ``--seconds``), one with
@@ -6,7 +6,7 @@ Records ``--bc-games`` games of HeartsHeuristic, runs ``rl-lightning fit --confi
 steps) plays ``--eval-hands`` hands against three random seats through the evaluation panel's match driver (the same
 duplicate deals for every checkpoint); prints points per hand against env steps and the first checkpoint at or
 below ``--target`` points per hand.
-    python benchmarks/games.py --sections bc --bc-games 300 --ppo-steps 204800 --seconds 900
+    python benchmarks/games/games.py --sections bc --bc-games 300 --ppo-steps 204800 --seconds 900
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """SPO benchmark: sample efficiency on CartPole (plus a negative control), TicTacToe, Pendulum; search throughput.
 
-    python benchmarks/spo.py                 # full run: 3 seeds × (CartPole, control, TicTacToe, Pendulum) + throughput
-    python benchmarks/spo.py --quick         # 1 seed (same budgets), shorter throughput measurements
-    python benchmarks/spo.py --seeds 5 --envs cartpole --sections learning,control
-    python benchmarks/spo.py --profile       # one search piece by piece, then a short fit under cProfile
+    python benchmarks/classic/spo.py         # full run: 3 seeds × (CartPole, control, TicTacToe, Pendulum) + throughput
+    python benchmarks/classic/spo.py --quick         # 1 seed (same budgets), shorter throughput measurements
+    python benchmarks/classic/spo.py --seeds 5 --envs cartpole --sections learning,control
+    python benchmarks/classic/spo.py --profile       # one search piece by piece, then a short fit under cProfile
 
 Learning runs use the bundled configs (``configs/spo*.yaml``) unchanged, except that the logger, checkpointing,
 progress bar and the configs' own callbacks are replaced by one evaluation callback (SPO's default evaluation: SMC
@@ -36,10 +36,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))  # benchmarks/shared: _common.py & co.
 from _common import (  # first: it silences warnings and Lightning's INFO logging before they import
     RunResult,
     TargetEvaluation,
@@ -102,7 +105,7 @@ CARTPOLE_CHECK_STEPS, CARTPOLE_CHECK_MIN = 10_000, 100.0  # spo.md §5.2 check (
 CONTROL_MAX_RETURN = 60.0  # spo.md §5.2 check (iii): eval return at 30k
 CONTROL_AT = (10_000, 20_000, 30_000)
 CONTROL_MARGIN = 50.0  # real run minus its control at CARTPOLE_CHECK_STEPS, every seed (measured ~100-115)
-PPO_PENDULUM_NOTE = "PPO (benchmarks/ppo.py) reaches -250 in ~90k env steps"
+PPO_PENDULUM_NOTE = "PPO (benchmarks/classic/ppo.py) reaches -250 in ~90k env steps"
 
 
 def run_task(task: Task, seed: int, overrides: list[str]) -> RunResult:

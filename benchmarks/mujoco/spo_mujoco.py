@@ -1,8 +1,8 @@
 """SPO against PPO on MuJoCo HalfCheetah-v5 at equal env steps (issue 20): both bundled configs through the CLI.
 
-    python benchmarks/spo_mujoco.py                                   # seeds 0,1,2 at 100k env steps each
-    python benchmarks/spo_mujoco.py --seeds 0 --total-env-steps 20000 --out /tmp/spo_hc
-    python benchmarks/spo_mujoco.py --read /tmp/spo_hc                # tables from finished runs
+    python benchmarks/mujoco/spo_mujoco.py                                   # seeds 0,1,2 at 100k env steps each
+    python benchmarks/mujoco/spo_mujoco.py --seeds 0 --total-env-steps 20000 --out /tmp/spo_hc
+    python benchmarks/mujoco/spo_mujoco.py --read /tmp/spo_hc                # tables from finished runs
 
 Runs ``configs/ppo_halfcheetah.yaml`` and ``configs/spo_halfcheetah.yaml`` one after the other, seed by seed
 (PPO s0, SPO s0, PPO s1, ...), so that both algorithms see the same machine load, each as ``python -m
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ppo_mujoco import Curve, read_curve
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIGS = {"ppo": REPO / "configs" / "ppo_halfcheetah.yaml", "spo": REPO / "configs" / "spo_halfcheetah.yaml"}
 
 CALLBACKS = """\

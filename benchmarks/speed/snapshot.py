@@ -1,6 +1,6 @@
 """What a ``GymnasiumEnv`` snapshot costs against one env step (issue 20: at most 2x on HalfCheetah and Breakout).
 
-    python benchmarks/snapshot.py [--rounds 200] [--block 10]
+    python benchmarks/speed/snapshot.py [--rounds 200] [--block 10]
 
 One env per backend, through the adapter as SPO's search uses it: a step is ``step_state(inplace=True)`` with a
 uniform-random action (episode ends and their resets included), a snapshot is ``snapshot`` of the live state then

@@ -1,4 +1,4 @@
-"""``benchmarks/spo.py --profile``: where one SMC search's time goes, and where a fit's time goes.
+"""``benchmarks/classic/spo.py --profile``: where one SMC search's time goes, and where a fit's time goes.
 
 1. **One search, piece by piece.** Each piece of ``smc_search`` is timed alone, at the shapes one search gives it
    (``E`` envs × ``N`` particles × ``depth``), as many times as one search calls it: the critic forward (the root's

@@ -1,10 +1,10 @@
 """``rl-lightning tune`` on PPO CartPole: does a study find settings that reach the target in fewer env steps than the
 bundled ``ppo.yaml``, how long does it take, and how much faster do two workers on one SQLite study finish?
 
-    python benchmarks/tune.py                       # 20 trials x 2 seeds x 30k env steps, then 3 seeds each of
+    python benchmarks/tune/tune.py                       # 20 trials x 2 seeds x 30k env steps, then 3 seeds each of
                                                     # bundled vs best
-    python benchmarks/tune.py --skip-study          # only the parallel-workers ratio
-    python benchmarks/tune.py --trials 6 --budget 20000 --seeds 2 --parallel-trials 4   # a cheaper run
+    python benchmarks/tune/tune.py --skip-study          # only the parallel-workers ratio
+    python benchmarks/tune/tune.py --trials 6 --budget 20000 --seeds 2 --parallel-trials 4   # a cheaper run
 
 Sections: ``study`` (wall time of the study, as a user runs it: ``rl-lightning tune`` subprocess, AUC objective, median
 pruner), ``compare`` (env steps at which the deterministic evaluation first reaches ``--target`` for the bundled
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))  # benchmarks/shared: _common.py & co.
 from _common import REPO, TargetEvaluation, fit_with, median_or_inf  # noqa: E402
 
 SEARCH = {

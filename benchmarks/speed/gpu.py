@@ -1,8 +1,8 @@
 """GPU benchmark (issue 13): the figures only a GPU can give, with one command.
 
-    python benchmarks/gpu.py                          # every section on cuda:0 (about 10 minutes on an H100)
-    python benchmarks/gpu.py --sections collect --num-envs 4096,16384,65536
-    python benchmarks/gpu.py --device cpu             # plumbing check on the CPU with small sizes (no GPU figures)
+    python benchmarks/speed/gpu.py                          # every section on cuda:0 (about 10 minutes on an H100)
+    python benchmarks/speed/gpu.py --sections collect --num-envs 4096,16384,65536
+    python benchmarks/speed/gpu.py --device cpu             # plumbing check on the CPU, small sizes (no GPU figures)
 
 Sections:
 
@@ -14,7 +14,7 @@ Sections:
   speed     ``DreamerV3.update`` gradient steps/s per preset (``--presets``, default XS,S,M) at batch 16 x 64,
             eager and with ``compile_update`` (first step = compile time),
             horizon 15, in float32 and under the bfloat16 autocast of ``trainer.precision=bf16-mixed``
-            (``benchmarks/dreamer.py``'s speed measurement on this device).
+            (``benchmarks/dreamer/dreamer.py``'s speed measurement on this device).
   engine    ``configs/dreamer.yaml`` fitted on the GPU with the asynchronous engine (``data.engine=cuda_async``:
             actor window on its own CUDA stream, weights handed over by ``CUDAStreamWeightSync``) and with the
             synchronous one (``data.engine=cpu``: one stream), same seed and budget, alternating ``--repeats``
@@ -32,8 +32,11 @@ import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))  # benchmarks/shared: _common.py & co.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dreamer"))  # dreamer.py's time_preset
 from _common import build_cli  # first: it silences warnings and Lightning's INFO logging before they import
 
 # isort: split
@@ -257,8 +260,8 @@ def main() -> None:
         parser.error(f"--sections: unknown {sorted(unknown)}; choose from collect,speed,engine")
     cpu_check = args.device == "cpu"
     if not cpu_check and not torch.cuda.is_available():
-        print("benchmarks/gpu.py: no CUDA device (torch.cuda.is_available() is False); run it on a GPU machine, or "
-              "--device cpu to check the plumbing", file=sys.stderr)  # fmt: skip
+        print("benchmarks/speed/gpu.py: no CUDA device (torch.cuda.is_available() is False); run it on a GPU machine, "
+              "or --device cpu to check the plumbing", file=sys.stderr)  # fmt: skip
         sys.exit(2)
     device = "cpu" if cpu_check else "cuda"
     name = "CPU (plumbing check, small sizes)" if cpu_check else torch.cuda.get_device_name(0)

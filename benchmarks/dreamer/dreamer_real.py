@@ -1,8 +1,8 @@
 """DreamerV3 on real envs through the Gymnasium backends (issue 20: no snapshots, every backend).
 
-    python benchmarks/dreamer_real.py                                  # prefill,wm_loss: dreamer_atari.yaml
-    python benchmarks/dreamer_real.py --sections prefill               # seconds
-    python benchmarks/dreamer_real.py --sections pendulum --pendulum-steps 8000 --seeds 0
+    python benchmarks/dreamer/dreamer_real.py                                  # prefill,wm_loss: dreamer_atari.yaml
+    python benchmarks/dreamer/dreamer_real.py --sections prefill               # seconds
+    python benchmarks/dreamer/dreamer_real.py --sections pendulum --pendulum-steps 8000 --seeds 0
 
 Run single-threaded (``torch.set_num_threads(1)``, set here). Sections:
 
@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))  # benchmarks/shared: _common.py & co.
 from _common import TargetEvaluation, build_cli, fit_with, print_summary  # first: quiet warnings and logs
 
 # isort: split

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 warnings.filterwarnings("ignore")
 

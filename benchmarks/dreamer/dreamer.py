@@ -1,10 +1,10 @@
 """DreamerV3 benchmark: gradient-step speed per size preset, replay-ratio pacing, CartPole sample efficiency.
 
-    python benchmarks/dreamer.py                                  # speed, ratio, cartpole (seeds 0,1,2)
-    python benchmarks/dreamer.py --sections speed --presets tiny,XS --speed-seconds 20
-    python benchmarks/dreamer.py --sections cartpole --seeds 0 --cartpole-steps 40000 --cartpole-minutes 30
-    python benchmarks/dreamer.py --sections peer --peer-python SHEEPRL_VENV/bin/python   # ours vs sheeprl 0.8.4
-    python benchmarks/dreamer.py --profile [--profile-config dreamer.yaml]   # where an update's time goes
+    python benchmarks/dreamer/dreamer.py                                  # speed, ratio, cartpole (seeds 0,1,2)
+    python benchmarks/dreamer/dreamer.py --sections speed --presets tiny,XS --speed-seconds 20
+    python benchmarks/dreamer/dreamer.py --sections cartpole --seeds 0 --cartpole-steps 40000 --cartpole-minutes 30
+    python benchmarks/dreamer/dreamer.py --sections peer --peer-python SHEEPRL_VENV/bin/python   # ours vs sheeprl 0.8.4
+    python benchmarks/dreamer/dreamer.py --profile [--profile-config dreamer.yaml]   # where an update's time goes
 
 Run single-threaded (``torch.set_num_threads(1)``, set here). Sections:
 
@@ -50,12 +50,14 @@ import math
 import os
 import statistics
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))  # benchmarks/shared: _common.py & co.
 from _common import (  # first: it silences warnings and Lightning's INFO logging before they import
     REPO,
     RunResult,
@@ -249,7 +251,7 @@ def print_speed(results: list[dict[str, Any]]) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 # peer: our XS gradient step against sheeprl 0.8.4's dreamer_v3_XS, interleaved in one run
 # ----------------------------------------------------------------------------------------------------------------
-PEER_SCRIPT = Path(__file__).resolve().parent / "peers" / "sheeprl_dreamer.py"
+PEER_SCRIPT = Path(__file__).resolve().parents[1] / "peers" / "sheeprl_dreamer.py"
 PEER_PRESET = "XS"
 PEER_TARGET = 3.0  # issue 13: ours >= 3x sheeprl's gradient steps/s
 PEER_WARMUP = 2

@@ -1,4 +1,5 @@
-"""``benchmarks/ppo.py --sections peer``: PPO's time to solve CartPole, ours against Stable-Baselines3, seed by seed.
+"""``benchmarks/classic/ppo.py --sections peer``: PPO's time to solve CartPole, ours against Stable-Baselines3,
+seed by seed.
 
 Ours: ``configs/ppo.yaml`` through ``run_learning`` (the learning section's run: 20 deterministic episodes every 1,024
 env steps, checked after each update, stop at mean return >= 475). SB3: ``peers/sb3_ppo.py solve`` with rl-zoo's
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-PEER_SCRIPT = Path(__file__).resolve().parent / "peers" / "sb3_ppo.py"
+PEER_SCRIPT = Path(__file__).resolve().parents[1] / "peers" / "sb3_ppo.py"
 TARGET_RATIO = 0.5  # issue 13: ours' median training wall <= 0.5x SB3's
 
 

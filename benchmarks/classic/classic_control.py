@@ -1,7 +1,7 @@
 """PPO on Gymnasium's classic-control set, 5 seeds each, through the CLI and the Gymnasium adapter.
 
-    python benchmarks/classic_control.py                          # every env, seeds 0..4
-    python benchmarks/classic_control.py --envs Acrobot-v1 --seeds 3 --steps 50000
+    python benchmarks/classic/classic_control.py                          # every env, seeds 0..4
+    python benchmarks/classic/classic_control.py --envs Acrobot-v1 --seeds 3 --steps 50000
 
 Each run is ``rl-lightning fit`` (``rl_lightning.cli.cli_main``, in-process) on a bundled PPO config with only the
 env and the budget changed on the command line::
@@ -17,8 +17,8 @@ of each seed; the per-seed curves printed as the runs finish also give the polic
 printed beside it.
 
 PASS per env if every seed's final return reaches the env's threshold (Gymnasium's ``reward_threshold``; Pendulum has
-none: -250 as in ``benchmarks/ppo.py``). Observation/reward normalisation does not exist yet, which the published
-MountainCar figures rely on: expect MountainCar-v0 to FAIL (CleanRL's un-normalised PPO gets -200 too).
+none: -250 as in ``benchmarks/classic/ppo.py``). Observation/reward normalisation does not exist yet, which the
+published MountainCar figures rely on: expect MountainCar-v0 to FAIL (CleanRL's un-normalised PPO gets -200 too).
 """
 
 from __future__ import annotations
@@ -26,9 +26,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))  # benchmarks/shared: _common.py & co.
 from _common import RunResult, TargetEvaluation, fit_with, overrides_to_args, print_summary
 
 # isort: split
