@@ -251,7 +251,9 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
             hp.ent_coef,
         )
         loss = terms["loss"] if self.magnet is None else terms["loss"] + self.magnet.loss(self, mb)
-        if self.updates < hp.critic_warmup_updates:  # the critic learns the start policy's values; the actor waits
+        # ``self.updates`` is read only with a warm-up: an int attribute is a static guard of ``torch.compile``, so
+        # reading it recompiles the compiled loss (``compile_update``) at every update.
+        if hp.critic_warmup_updates and self.updates < hp.critic_warmup_updates:  # the actor waits; the critic learns
             loss = hp.vf_coef * terms["loss_value"]
         return loss, torch.stack([terms[name] for name in TERM_NAMES[:-1]]).detach()
 
