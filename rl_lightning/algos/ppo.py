@@ -2,38 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from tensordict import TensorDict
 from torch import nn
 
-from rl_lightning import keys, stop
+from rl_lightning import keys
 from rl_lightning.algos.base import RLModule
 from rl_lightning.algos.histograms import histograms_check, policy_histograms
 from rl_lightning.algos.init_weights import load_init_weights
 from rl_lightning.algos.magnet import Magnet
-from rl_lightning.algos.optimizer_steps import OptimizerSteps
-from rl_lightning.algos.selfplay_targets import TRAIN_KEY, selfplay_targets
+from rl_lightning.algos.ppo_policy import PPOPolicy
+from rl_lightning.algos.ppo_update import TERM_NAMES, PPOUpdate
+from rl_lightning.algos.selfplay_targets import TRAIN_KEY
 from rl_lightning.envs.base import ACTION_KINDS, EnvSpec, require_action_kind
 from rl_lightning.errors import ConfigError, check_fields, require_torch_compile
-from rl_lightning.networks import distributions as D
 from rl_lightning.networks.encoders import ObsEncoder
 from rl_lightning.networks.mlp import flat_size, mlp
 from rl_lightning.networks.normalizers import RewardScaler, observation_normalizer
-from rl_lightning.objectives.gae import generalized_advantage_estimate
 from rl_lightning.objectives.ppo import explained_variance, ppo_loss
 
 REWARD_RETURNS_KEY = "reward_scaler_returns"
-# What one optimiser step reports, in this order (logged as ``train/<name>``, averaged over the update's steps).
-TERM_NAMES = ("loss", "loss_policy", "loss_value", "loss_entropy", "approx_kl", "clip_fraction", "entropy", "grad_norm")
-_KL_INDEX = TERM_NAMES.index("approx_kl")
-_UPDATE_KEYS = (keys.OBS, keys.ACTION, keys.LOGPROB, keys.VALUE, keys.ADVANTAGE, keys.RETURN)
-_NOISE_KINDS = ("discrete", "box")  # action kinds whose sampling ``act_from_noise`` implements
+__all__ = ["PPO", "REWARD_RETURNS_KEY", "TERM_NAMES", "TRAIN_KEY"]  # TERM_NAMES, TRAIN_KEY: RecurrentPPO, benchmarks
 
 
-class PPO(RLModule):
+class PPO(PPOPolicy, PPOUpdate, RLModule):
     """Proximal Policy Optimisation with actor and critic MLPs behind per-key observation encoders.
 
     Discrete envs get a masked categorical policy; continuous envs a Gaussian with a state-independent
@@ -43,6 +38,8 @@ class PPO(RLModule):
     when ``encoder`` names one) before both MLPs.
     Each ``training_step`` pulls one rollout from the datamodule itself (so the collecting policy is the one
     being updated: lag 0), then runs ``update_epochs × num_minibatches`` optimiser steps on it, and logs once.
+    Acting and evaluating stored actions live in ``algos/ppo_policy.py`` (``PPOPolicy``), a rollout's targets and the
+    minibatch loop in ``algos/ppo_update.py`` (``PPOUpdate``); the loss of one minibatch is ``minibatch_loss`` here.
 
     In a multi-seat game (``env_spec.num_seats > 1``, self-play through ``data.seats``) each seat's decisions are
     its own trajectory: ``objectives/seat_credit.py`` credits each decision with what its seat receives until its
@@ -184,189 +181,6 @@ class PPO(RLModule):
             self.parent_digest = load_init_weights(self, init_weights, families=("bc", "ppo"))
         self.magnet = None if magnet is None else Magnet(self, magnet)  # after init_weights: ``initial`` copies them
 
-    # ----- acting -------------------------------------------------------------------------------------------
-    def _obs(self, td: TensorDict) -> torch.Tensor | TensorDict:
-        obs = td[keys.OBS]
-        return obs if self.obs_normalizer is None else self.obs_normalizer(obs)
-
-    def _features(self, td: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(actor features, critic features)``: one tensor twice when the encoder is shared."""
-        obs = self._obs(td)
-        features = self.encoder(obs)
-        return features, features if self.critic_encoder is None else self.critic_encoder(obs)
-
-    def _critic_features(self, td: TensorDict) -> torch.Tensor:
-        return (self.encoder if self.critic_encoder is None else self.critic_encoder)(self._obs(td))
-
-    def _logits(self, td: TensorDict, features: torch.Tensor) -> torch.Tensor:
-        return D.masked_logits(self.actor(features), td.get(keys.ACTION_MASK, None))
-
-    @property
-    def acts_from_noise(self) -> bool:
-        """Discrete and Box actions: sampling is one noise draw per action logit or dimension."""
-        return self.env_spec.action_kind in _NOISE_KINDS
-
-    def act_noise(
-        self, generator: torch.Generator | None, lead: tuple[int, ...], device: torch.device | None = None
-    ) -> torch.Tensor:
-        """``[*lead, width]`` draws from ``generator``: ``U[0, 1)`` per logit (Gumbel-max) for Discrete actions,
-        ``N(0, 1)`` per dimension for Box actions; exactly what ``act`` draws for a batch of shape ``lead``."""
-        if device is None:  # a TensorDict without a device, or no generator (the global one draws)
-            device = generator.device if generator is not None else self.device
-        dtype = self.actor[-1].weight.dtype
-        shape = (*lead, self.action_width)
-        if self.env_spec.action_kind == "discrete":
-            return torch.rand(shape, generator=generator, device=device, dtype=dtype)
-        return torch.randn(shape, generator=generator, device=device, dtype=dtype)
-
-    @torch.no_grad()
-    def act_from_noise(self, td: TensorDict, noise: torch.Tensor) -> TensorDict:
-        """The training ``act`` (``action``, ``logprob``, and ``value`` where it comes with the action) with its
-        sampling noise given: pure, compilable."""
-        features, critic_features = self._features(td)
-        if self.env_spec.action_kind == "discrete":
-            logits = self._logits(td, features)
-            action = D.categorical_from_uniform(logits, noise)
-            logprob = D.categorical_log_prob(logits, action)
-        else:
-            mean = self.actor(features)
-            log_std = self.log_std.expand_as(mean)
-            action = D.normal_from_noise(mean, log_std, noise)
-            logprob = D.normal_log_prob(mean, log_std, action)
-        out = {keys.ACTION: action, keys.LOGPROB: logprob}
-        if self._value_when_acting:  # else ``process_rollout`` computes the values, one batched forward
-            out[keys.VALUE] = self.critic(critic_features).squeeze(-1)
-        return TensorDict(out, batch_size=td.batch_size, device=td.device)
-
-    @torch.no_grad()
-    def act(self, td: TensorDict, generator: torch.Generator | None = None, deterministic: bool = False) -> TensorDict:
-        if not deterministic and self.acts_from_noise:
-            return self.act_from_noise(td, self.act_noise(generator, tuple(td.batch_size), td.device))
-        features, critic_features = self._features(td)
-        return self._act_on(td, features, critic_features, generator, deterministic)
-
-    def _act_on(
-        self,
-        td: TensorDict,
-        features: torch.Tensor,
-        critic_features: torch.Tensor,
-        generator: torch.Generator | None,
-        deterministic: bool,
-    ) -> TensorDict:
-        """``act`` on encoded features (``RecurrentPPO`` passes its recurrent core's outputs)."""
-        out: dict[str, torch.Tensor] = {}
-        kind = self.env_spec.action_kind
-        if kind == "discrete":
-            logits = self._logits(td, features)
-            action = logits.argmax(-1) if deterministic else D.categorical_sample(logits, generator)
-            out[keys.LOGPROB] = D.categorical_log_prob(logits, action)
-        elif kind == "box":
-            mean = self.actor(features)
-            log_std = self.log_std.expand_as(mean)
-            action = mean if deterministic else D.normal_sample(mean, log_std, generator)
-            out[keys.LOGPROB] = D.normal_log_prob(mean, log_std, action)
-        else:
-            logits = self.actor(features)
-            flat = self._multi_sample(logits, generator, deterministic)
-            out[keys.LOGPROB] = self._multi_log_prob(logits, flat)
-            action = flat.reshape(*td.batch_size, *self.env_spec.action_shape)
-        out[keys.ACTION] = action
-        if not deterministic and self._value_when_acting:
-            out[keys.VALUE] = self.critic(critic_features).squeeze(-1)
-        return TensorDict(out, batch_size=td.batch_size, device=td.device)
-
-    def evaluate_actions(self, td: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(logprob, entropy, value)`` of the stored actions under the current weights (with gradients)."""
-        return self._log_prob_entropy_value(self._obs(td), td[keys.ACTION], td.get(keys.ACTION_MASK, None))
-
-    def _log_prob_entropy_value(
-        self, obs: torch.Tensor | TensorDict, action: torch.Tensor, mask: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``evaluate_actions`` on observations already normalised (the update normalises a rollout once)."""
-        features = self.encoder(obs)
-        critic_features = features if self.critic_encoder is None else self.critic_encoder(obs)
-        return self._heads_log_prob_entropy_value(features, critic_features, action, mask)
-
-    def _heads_log_prob_entropy_value(
-        self, features: torch.Tensor, critic_features: torch.Tensor, action: torch.Tensor, mask: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``_log_prob_entropy_value`` on encoded ``[N, F]`` features (``RecurrentPPO``: its core's outputs)."""
-        kind = self.env_spec.action_kind
-        if kind == "discrete":
-            logits = D.masked_logits(self.actor(features), mask)
-            logprob, entropy = D.categorical_log_prob(logits, action), D.categorical_entropy(logits)
-        elif kind == "box":
-            mean = self.actor(features)
-            log_std = self.log_std.expand_as(mean)
-            logprob, entropy = D.normal_log_prob(mean, log_std, action), D.normal_entropy(log_std)
-        else:
-            logits = self.actor(features)
-            logprob = self._multi_log_prob(logits, action.reshape(action.shape[0], -1))
-            entropy = self._multi_entropy(logits)
-        return logprob, entropy, self.critic(critic_features).squeeze(-1)
-
-    # MultiDiscrete: independent categoricals over the logits split by ``nvec``; MultiBinary: independent Bernoullis.
-    def _multi_sample(self, logits: torch.Tensor, generator: Any, deterministic: bool) -> torch.Tensor:
-        nvec = self.env_spec.action_nvec
-        if nvec:
-            return D.multi_categorical_sample(logits, nvec, generator, deterministic)
-        return D.bernoulli_sample(logits, generator, deterministic)
-
-    def _multi_log_prob(self, logits: torch.Tensor, flat_action: torch.Tensor) -> torch.Tensor:
-        nvec = self.env_spec.action_nvec
-        if nvec:
-            return D.multi_categorical_log_prob(logits, nvec, flat_action)
-        return D.bernoulli_log_prob(logits, flat_action)
-
-    def _multi_entropy(self, logits: torch.Tensor) -> torch.Tensor:
-        nvec = self.env_spec.action_nvec
-        return D.multi_categorical_entropy(logits, nvec) if nvec else D.bernoulli_entropy(logits)
-
-    @torch.no_grad()
-    def process_rollout(self, batch: TensorDict) -> TensorDict:
-        """Add ``value`` = V(obs) (unless acting gave it), ``next_value`` = V(final_obs), GAE ``advantage`` and
-        ``return`` to a ``[T, B]`` rollout."""
-        if batch.numel() == 0:
-            raise ConfigError("PPO received an empty rollout; data.num_steps and data.num_envs must be >= 1")
-        if keys.VALUE not in batch:
-            batch[keys.VALUE] = self.critic(self._critic_features(batch)).squeeze(-1)
-        if self.env_spec.num_seats > 1:
-            return selfplay_targets(self, batch)
-        batch[keys.NEXT_VALUE] = self._next_value(batch)
-        reward = batch[keys.REWARD]  # stays raw in the rollout
-        if self.reward_scaler is not None:
-            done = batch[keys.TERMINATED] | batch[keys.TRUNCATED]
-            self.reward_scaler.update(reward, done, batch.get(keys.IS_FIRST, None))  # is_first: restarted envs
-            reward = self.reward_scaler(reward)
-        advantage, value_target = generalized_advantage_estimate(
-            reward,
-            batch[keys.VALUE],
-            batch[keys.NEXT_VALUE],
-            batch[keys.TERMINATED],
-            batch[keys.TRUNCATED],
-            self.hparams.gamma,
-            self.hparams.gae_lambda,
-        )
-        batch[keys.ADVANTAGE] = advantage
-        batch[keys.RETURN] = value_target
-        return batch
-
-    def _next_value(self, batch: TensorDict) -> torch.Tensor:
-        """``V(final_obs)`` of every step of a ``[T, B]`` rollout, running the critic only where it must.
-
-        Within an episode ``final_obs[t]`` is ``obs[t + 1]``, whose value the rollout already holds; only episode
-        ends and the last tick have successors outside it. On pixels that saves a CNN forward over the whole
-        rollout, for one host sync per rollout (the boolean gather).
-        """
-        value = batch[keys.VALUE]
-        outside = batch[keys.TERMINATED] | batch[keys.TRUNCATED]
-        outside[-1] = True
-        next_value = torch.cat([value[1:], value[-1:]])
-        final_obs = batch[keys.FINAL_OBS][outside]
-        rows = TensorDict({keys.OBS: final_obs}, final_obs.shape[:1])
-        next_value[outside] = self.critic(self._critic_features(rows)).squeeze(-1).to(next_value.dtype)
-        return next_value
-
     # ----- learning -----------------------------------------------------------------------------------------
     def configure_optimizers(self) -> torch.optim.Optimizer:
         # The fused kernel is ~20% faster than the default per-tensor path for these small nets on CPU.
@@ -411,86 +225,6 @@ class PPO(RLModule):
         self.mark_update()
         self._log_update(batch, rollout.stats, stats)
 
-    def update(self, batch: TensorDict, optimizer: Any) -> TensorDict:
-        """One PPO update on a processed rollout (flattened here): ``update_epochs × num_minibatches`` optimiser steps.
-
-        Returns the minibatch-averaged loss terms and diagnostics (detached). Works attached to a Trainer or
-        standalone (``FailFast.reproduce`` replays a failing update this way).
-
-        The minibatch loop is kept lean (the profile in benchmarks/README.md): the columns it needs are pulled out
-        of the TensorDict once (observations normalised once), shuffled with one gather per epoch and sliced as
-        views per minibatch; the terms are stacked into one tensor per step and summed on the device (read once,
-        when logged).
-        """
-        hp = self.hparams
-        batch = batch.reshape(-1)
-        minibatch = batch.numel() // hp.num_minibatches
-        if minibatch < 2:  # self-play keeps only the learning seats' decisions: their number varies
-            raise ConfigError(
-                f"this rollout has {batch.numel()} decisions to learn from, fewer than 2 per minibatch for "
-                f"model.num_minibatches={hp.num_minibatches}; raise data.num_steps or data.num_envs"
-            )
-        size = minibatch * hp.num_minibatches  # a remainder of rows is left out of each epoch (self-play only)
-        columns = {key: batch[key] for key in _UPDATE_KEYS}
-        columns[keys.OBS] = self._obs(batch)  # the statistics are frozen during an update: normalise once
-        if keys.ACTION_MASK in batch:
-            columns[keys.ACTION_MASK] = batch[keys.ACTION_MASK]
-        def epoch() -> Iterator[dict[str, Any]]:
-            perm = torch.randperm(batch.numel(), generator=self.generator)[:size].to(batch.device)
-            shuffled = {key: value[perm] for key, value in columns.items()}
-            for start in range(0, size, minibatch):
-                yield {key: value[start : start + minibatch] for key, value in shuffled.items()}
-
-        return self.run_epochs(optimizer, epoch)
-
-    def run_epochs(self, optimizer: Any, epoch: Callable[[], Iterator[dict[str, Any]]]) -> TensorDict:
-        """``update_epochs`` passes of ``epoch()``'s minibatches, one optimiser step each; a stop request abandons
-        the update, and ``target_kl`` ends it after an epoch whose mean KL exceeds it. Returns the mean terms."""
-        hp = self.hparams
-        params = [p for p in self.parameters() if p.requires_grad]
-        steps_runner = OptimizerSteps(self, optimizer)
-        max_norm = hp.max_grad_norm if hp.max_grad_norm > 0 else float("inf")
-        sums = torch.zeros(len(TERM_NAMES), device=self.device)
-        steps = 0
-        for _ in range(hp.update_epochs):
-            epoch_kl = torch.zeros((), device=self.device)
-            for mb in epoch():
-                stop.check()  # a stop request abandons the update; the checkpoint is the previous one's
-                terms = self._minibatch_step(mb, steps_runner, params, max_norm)
-                sums += terms
-                epoch_kl += terms[_KL_INDEX]
-                steps += 1
-            if hp.target_kl is not None:
-                mean_kl = epoch_kl / hp.num_minibatches
-                if self._trainer is not None:
-                    mean_kl = self.trainer.strategy.reduce(mean_kl, reduce_op="mean")
-                if mean_kl > hp.target_kl:  # one host sync per epoch, only with target_kl
-                    break
-        steps_runner.finish()
-        return TensorDict(dict(zip(TERM_NAMES, (sums / steps).unbind())), batch_size=[])
-
-    def _minibatch_step(
-        self, mb: dict[str, Any], optimizer: OptimizerSteps, params: list[torch.Tensor], max_norm: float
-    ) -> torch.Tensor:
-        """One optimiser step; returns the ``TERM_NAMES`` values stacked (detached)."""
-        loss, terms = self._minibatch_loss(mb)
-        optimizer.zero_grad()
-        optimizer.backward(loss)
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
-        optimizer.step()
-        return torch.cat([terms, grad_norm.reshape(1)])
-
-    @property
-    def _minibatch_loss(self) -> Any:
-        """``minibatch_loss`` itself, or (``compile_update``) its ``torch.compile``d form, made on first use."""
-        if not self.hparams.compile_update:
-            return self.minibatch_loss
-        compiled = self.__dict__.get("_compiled_loss")
-        if compiled is None or compiled[0] != id(self):  # a deep copy must not call its original's graph
-            compiled = (id(self), torch.compile(self.minibatch_loss, dynamic=False))
-            self.__dict__["_compiled_loss"] = compiled
-        return compiled[1]
-
     def _evaluate_minibatch(self, mb: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(logprob, entropy, value)`` of a minibatch's stored actions (``RecurrentPPO`` replays sequences)."""
         return self._log_prob_entropy_value(mb[keys.OBS], mb[keys.ACTION], mb.get(keys.ACTION_MASK))
@@ -517,7 +251,9 @@ class PPO(RLModule):
             hp.ent_coef,
         )
         loss = terms["loss"] if self.magnet is None else terms["loss"] + self.magnet.loss(self, mb)
-        if self.updates < hp.critic_warmup_updates:  # the critic learns the start policy's values; the actor waits
+        # ``self.updates`` is read only with a warm-up: an int attribute is a static guard of ``torch.compile``, so
+        # reading it recompiles the compiled loss (``compile_update``) at every update.
+        if hp.critic_warmup_updates and self.updates < hp.critic_warmup_updates:  # the actor waits; the critic learns
             loss = hp.vf_coef * terms["loss_value"]
         return loss, torch.stack([terms[name] for name in TERM_NAMES[:-1]]).detach()
 

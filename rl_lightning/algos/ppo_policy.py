@@ -1,0 +1,161 @@
+"""PPO's actor-critic at work: acting for the collector and evaluating stored actions, for every action kind.
+
+``PPOPolicy`` is a mixin of ``PPO`` (``algos/ppo.py``), which builds what it reads: ``env_spec``, ``encoder`` and
+``critic_encoder``, the ``actor`` and ``critic`` MLPs, ``log_std`` (Box actions), ``obs_normalizer``,
+``action_width`` and ``_value_when_acting``. ``RecurrentPPO`` reuses the head methods on its core's features.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from rl_lightning import keys
+from rl_lightning.networks import distributions as D
+
+_NOISE_KINDS = ("discrete", "box")  # action kinds whose sampling ``act_from_noise`` implements
+
+
+class PPOPolicy:
+    """The acting policy (``act``, ``act_noise``/``act_from_noise`` for the fused step) and ``evaluate_actions``:
+    a masked categorical (Discrete), a Gaussian with a state-independent log-std (Box), independent categoricals
+    (MultiDiscrete) or Bernoullis (MultiBinary) on the actor's output, the critic's value beside it."""
+
+    def _obs(self, td: TensorDict) -> torch.Tensor | TensorDict:
+        obs = td[keys.OBS]
+        return obs if self.obs_normalizer is None else self.obs_normalizer(obs)
+
+    def _features(self, td: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(actor features, critic features)``: one tensor twice when the encoder is shared."""
+        obs = self._obs(td)
+        features = self.encoder(obs)
+        return features, features if self.critic_encoder is None else self.critic_encoder(obs)
+
+    def _critic_features(self, td: TensorDict) -> torch.Tensor:
+        return (self.encoder if self.critic_encoder is None else self.critic_encoder)(self._obs(td))
+
+    def _logits(self, td: TensorDict, features: torch.Tensor) -> torch.Tensor:
+        return D.masked_logits(self.actor(features), td.get(keys.ACTION_MASK, None))
+
+    @property
+    def acts_from_noise(self) -> bool:
+        """Discrete and Box actions: sampling is one noise draw per action logit or dimension."""
+        return self.env_spec.action_kind in _NOISE_KINDS
+
+    def act_noise(
+        self, generator: torch.Generator | None, lead: tuple[int, ...], device: torch.device | None = None
+    ) -> torch.Tensor:
+        """``[*lead, width]`` draws from ``generator``: ``U[0, 1)`` per logit (Gumbel-max) for Discrete actions,
+        ``N(0, 1)`` per dimension for Box actions; exactly what ``act`` draws for a batch of shape ``lead``."""
+        if device is None:  # a TensorDict without a device, or no generator (the global one draws)
+            device = generator.device if generator is not None else self.device
+        dtype = self.actor[-1].weight.dtype
+        shape = (*lead, self.action_width)
+        if self.env_spec.action_kind == "discrete":
+            return torch.rand(shape, generator=generator, device=device, dtype=dtype)
+        return torch.randn(shape, generator=generator, device=device, dtype=dtype)
+
+    @torch.no_grad()
+    def act_from_noise(self, td: TensorDict, noise: torch.Tensor) -> TensorDict:
+        """The training ``act`` (``action``, ``logprob``, and ``value`` where it comes with the action) with its
+        sampling noise given: pure, compilable."""
+        features, critic_features = self._features(td)
+        if self.env_spec.action_kind == "discrete":
+            logits = self._logits(td, features)
+            action = D.categorical_from_uniform(logits, noise)
+            logprob = D.categorical_log_prob(logits, action)
+        else:
+            mean = self.actor(features)
+            log_std = self.log_std.expand_as(mean)
+            action = D.normal_from_noise(mean, log_std, noise)
+            logprob = D.normal_log_prob(mean, log_std, action)
+        out = {keys.ACTION: action, keys.LOGPROB: logprob}
+        if self._value_when_acting:  # else ``process_rollout`` computes the values, one batched forward
+            out[keys.VALUE] = self.critic(critic_features).squeeze(-1)
+        return TensorDict(out, batch_size=td.batch_size, device=td.device)
+
+    @torch.no_grad()
+    def act(self, td: TensorDict, generator: torch.Generator | None = None, deterministic: bool = False) -> TensorDict:
+        if not deterministic and self.acts_from_noise:
+            return self.act_from_noise(td, self.act_noise(generator, tuple(td.batch_size), td.device))
+        features, critic_features = self._features(td)
+        return self._act_on(td, features, critic_features, generator, deterministic)
+
+    def _act_on(
+        self,
+        td: TensorDict,
+        features: torch.Tensor,
+        critic_features: torch.Tensor,
+        generator: torch.Generator | None,
+        deterministic: bool,
+    ) -> TensorDict:
+        """``act`` on encoded features (``RecurrentPPO`` passes its recurrent core's outputs)."""
+        out: dict[str, torch.Tensor] = {}
+        kind = self.env_spec.action_kind
+        if kind == "discrete":
+            logits = self._logits(td, features)
+            action = logits.argmax(-1) if deterministic else D.categorical_sample(logits, generator)
+            out[keys.LOGPROB] = D.categorical_log_prob(logits, action)
+        elif kind == "box":
+            mean = self.actor(features)
+            log_std = self.log_std.expand_as(mean)
+            action = mean if deterministic else D.normal_sample(mean, log_std, generator)
+            out[keys.LOGPROB] = D.normal_log_prob(mean, log_std, action)
+        else:
+            logits = self.actor(features)
+            flat = self._multi_sample(logits, generator, deterministic)
+            out[keys.LOGPROB] = self._multi_log_prob(logits, flat)
+            action = flat.reshape(*td.batch_size, *self.env_spec.action_shape)
+        out[keys.ACTION] = action
+        if not deterministic and self._value_when_acting:
+            out[keys.VALUE] = self.critic(critic_features).squeeze(-1)
+        return TensorDict(out, batch_size=td.batch_size, device=td.device)
+
+    def evaluate_actions(self, td: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(logprob, entropy, value)`` of the stored actions under the current weights (with gradients)."""
+        return self._log_prob_entropy_value(self._obs(td), td[keys.ACTION], td.get(keys.ACTION_MASK, None))
+
+    def _log_prob_entropy_value(
+        self, obs: torch.Tensor | TensorDict, action: torch.Tensor, mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``evaluate_actions`` on observations already normalised (the update normalises a rollout once)."""
+        features = self.encoder(obs)
+        critic_features = features if self.critic_encoder is None else self.critic_encoder(obs)
+        return self._heads_log_prob_entropy_value(features, critic_features, action, mask)
+
+    def _heads_log_prob_entropy_value(
+        self, features: torch.Tensor, critic_features: torch.Tensor, action: torch.Tensor, mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``_log_prob_entropy_value`` on encoded ``[N, F]`` features (``RecurrentPPO``: its core's outputs)."""
+        kind = self.env_spec.action_kind
+        if kind == "discrete":
+            logits = D.masked_logits(self.actor(features), mask)
+            logprob, entropy = D.categorical_log_prob(logits, action), D.categorical_entropy(logits)
+        elif kind == "box":
+            mean = self.actor(features)
+            log_std = self.log_std.expand_as(mean)
+            logprob, entropy = D.normal_log_prob(mean, log_std, action), D.normal_entropy(log_std)
+        else:
+            logits = self.actor(features)
+            logprob = self._multi_log_prob(logits, action.reshape(action.shape[0], -1))
+            entropy = self._multi_entropy(logits)
+        return logprob, entropy, self.critic(critic_features).squeeze(-1)
+
+    # MultiDiscrete: independent categoricals over the logits split by ``nvec``; MultiBinary: independent Bernoullis.
+    def _multi_sample(self, logits: torch.Tensor, generator: Any, deterministic: bool) -> torch.Tensor:
+        nvec = self.env_spec.action_nvec
+        if nvec:
+            return D.multi_categorical_sample(logits, nvec, generator, deterministic)
+        return D.bernoulli_sample(logits, generator, deterministic)
+
+    def _multi_log_prob(self, logits: torch.Tensor, flat_action: torch.Tensor) -> torch.Tensor:
+        nvec = self.env_spec.action_nvec
+        if nvec:
+            return D.multi_categorical_log_prob(logits, nvec, flat_action)
+        return D.bernoulli_log_prob(logits, flat_action)
+
+    def _multi_entropy(self, logits: torch.Tensor) -> torch.Tensor:
+        nvec = self.env_spec.action_nvec
+        return D.multi_categorical_entropy(logits, nvec) if nvec else D.bernoulli_entropy(logits)
