@@ -201,8 +201,10 @@ def run_matches(args: argparse.Namespace) -> None:
                        ("net", "network alone (greedy)")):  # fmt: skip
         print(_line(name, match(kind, ckpt, args)), flush=True)
     search_s, mcts_s = time_per_move(ckpt, args)
-    print(f"one position at a time ({args.timing_positions} positions): NetworkMCTS {args.simulations} sims "
-          f"{search_s * 1e3:.1f} ms/move, MCTSBot {args.mcts_simulations} sims {mcts_s * 1e3:.1f} ms/move")
+    print(
+        f"one position at a time ({args.timing_positions} positions): NetworkMCTS {args.simulations} sims "
+        f"{search_s * 1e3:.1f} ms/move, MCTSBot {args.mcts_simulations} sims {mcts_s * 1e3:.1f} ms/move"
+    )
 
 
 def spo_profile(args: argparse.Namespace) -> None:
@@ -239,10 +241,15 @@ def spo_profile(args: argparse.Namespace) -> None:
             rates[name] = ticks / (time.perf_counter() - start)
         type(core)._copy_row = new_copy
         ratios.append(rates["after"] / rates["before"])
-        print(f"round {round_}: before {rates['before']:.2f} ticks/s, after {rates['after']:.2f} ticks/s "
-              f"(32 games x 16 particles x depth 4), ratio {ratios[-1]:.2f}", flush=True)
-    print(f"median ratio after/before: {statistics.median(ratios):.2f} over {args.rounds} rounds; live games "
-          f"{core.live_count} (32: nothing leaked); load {os.getloadavg()[0]:.1f}")
+        print(
+            f"round {round_}: before {rates['before']:.2f} ticks/s, after {rates['after']:.2f} ticks/s "
+            f"(32 games x 16 particles x depth 4), ratio {ratios[-1]:.2f}",
+            flush=True,
+        )
+    print(
+        f"median ratio after/before: {statistics.median(ratios):.2f} over {args.rounds} rounds; live games "
+        f"{core.live_count} (32: nothing leaked); load {os.getloadavg()[0]:.1f}"
+    )
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ NEEDS_EXTRA = {
     "spo_halfcheetah": "mujoco",
     "ppo_hearts": "pyspiel",
     "ppo_connect_four": "pyspiel",
+    "ppo_connect_four_board": "pyspiel",
     "spo_connect_four": "pyspiel",
     "bc_hearts": "pyspiel",
 }
