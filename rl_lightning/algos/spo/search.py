@@ -23,7 +23,7 @@ Timing of one search step (particle ``i``, depth ``d``)::
 
 Every env state the search creates is released (snapshot ids of the Gymnasium adapter), also on errors. Registry
 envs are copied once per particle and then stepped in place (a copy per particle and step cost Connect Four's
-search most of its time: ``benchmarks/connect_four_search.py --spo-profile``).
+search most of its time: ``benchmarks/games/connect_four_search.py --spo-profile``).
 """
 
 from __future__ import annotations

@@ -22,9 +22,9 @@ ticks per second before (a copy of every particle at every step, each copying it
 per particle, stepped in place; deterministic games share the never-drawn RNG), interleaved rounds in one run; the
 ratio per round and its median.
 
-    python benchmarks/connect_four_search.py --train-minutes 30 --games 400 --simulations 800 --jobs 16
-    python benchmarks/connect_four_search.py --ckpt PATH/last.ckpt --games 40 --jobs 2
-    python benchmarks/connect_four_search.py --spo-profile --rounds 5
+    python benchmarks/games/connect_four_search.py --train-minutes 30 --games 400 --simulations 800 --jobs 16
+    python benchmarks/games/connect_four_search.py --ckpt PATH/last.ckpt --games 40 --jobs 2
+    python benchmarks/games/connect_four_search.py --spo-profile --rounds 5
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 

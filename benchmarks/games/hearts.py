@@ -1,10 +1,10 @@
 """Hearts (issue 28): where a ``ppo_hearts.yaml`` fit spends its CPU, whole fits of several seeds in parallel, and
 the judge of their checkpoints (points per hand against three random seats and among three HeartsHeuristic).
 
-    python benchmarks/hearts.py --sections profile --steps 20480 --encoders mlp,hearts
-    python benchmarks/hearts.py --sections cost --encoders mlp,hearts --updates 4
-    python benchmarks/hearts.py --sections fit --seeds 1,2,3 --jobs 3 --minutes 60 --workdir /tmp/hearts
-    python benchmarks/hearts.py --sections judge --ckpts RUN/last.ckpt,... --hands 2000
+    python benchmarks/games/hearts.py --sections profile --steps 20480 --encoders mlp,hearts
+    python benchmarks/games/hearts.py --sections cost --encoders mlp,hearts --updates 4
+    python benchmarks/games/hearts.py --sections fit --seeds 1,2,3 --jobs 3 --minutes 60 --workdir /tmp/hearts
+    python benchmarks/games/hearts.py --sections judge --ckpts RUN/last.ckpt,... --hands 2000
 
 profile: a short fit of ``ppo_hearts.yaml`` (``--steps`` env steps, each ``--encoders`` entry as
 ``model.encoder``) under cProfile with a CPU-time clock (``time.process_time``), so other jobs on a shared machine do
@@ -22,7 +22,7 @@ last checkpoint (``judge``).
 clone: ``--bc-games`` HeartsHeuristic games recorded, ``bc_hearts.yaml`` for ``--bc-epochs``, then ``ppo_hearts.yaml``
 from the clone's weights (plus ``--extra``: a magnet toward the clone, a learning rate) for what is left of
 ``--minutes``; judges the clone and the PPO policy.
-    python benchmarks/hearts.py --sections clone --minutes 55 --extra "--model.init_args.magnet '{kind: initial}'"
+    python benchmarks/games/hearts.py --sections clone --minutes 55 --extra "--model.init_args.magnet '{kind: initial}'"
 
 judge: each checkpoint (PPO or BC) greedy in every seat in turn, over the same ``--hands`` / 4 duplicate deals:
 points per hand against three random seats, and among three HeartsHeuristic with the heuristic's own points in the
@@ -43,14 +43,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: cProfile function names → the part of a fit they stand for (cumulative CPU seconds; the first match counts).
 PARTS = {
-    "update (PPO minibatch steps)": ("ppo.py", "update"),
-    "process_rollout (critic forward, per-seat credit, GAE)": ("ppo.py", "process_rollout"),
-    "rollout: learning policy forward": ("ppo.py", "act_from_noise"),
+    "update (PPO minibatch steps)": ("ppo_update.py", "update"),
+    "process_rollout (critic forward, per-seat credit, GAE)": ("ppo_update.py", "process_rollout"),
+    "rollout: learning policy forward": ("ppo_policy.py", "act_from_noise"),
     "rollout: league and bot seats": ("selfplay.py", "_opponent_act"),
     "rollout: engine step (OpenSpielEnv)": ("base.py", "step_state"),
     "rollout: whole": ("selfplay.py", "rollout"),
