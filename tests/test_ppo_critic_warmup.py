@@ -38,3 +38,9 @@ def test_the_actor_waits_while_the_critic_warms_up(tmp_path):
 def test_a_negative_warmup_is_refused():
     with pytest.raises(ConfigError, match=r"model.critic_warmup_updates=-1 is invalid: use 0 \(off\)"):
         tiny_ppo(critic_warmup_updates=-1)
+
+
+def test_a_warmup_with_the_compiled_loss_is_refused():
+    """The warm-up switch is read inside ``minibatch_loss``: compiled, every update would recompile it."""
+    with pytest.raises(ConfigError, match=r"model.critic_warmup_updates=3 is invalid: .*set compile_update: false"):
+        tiny_ppo(critic_warmup_updates=3, compile_update=True)

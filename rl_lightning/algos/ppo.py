@@ -302,6 +302,9 @@ def _check_hparams(hp: Any) -> None:
         ("norm_clip_obs", hp.norm_clip_obs > 0, "use a positive bound, e.g. 10"),
         ("norm_clip_reward", hp.norm_clip_reward > 0, "use a positive bound, e.g. 10"),
         ("critic_warmup_updates", hp.critic_warmup_updates >= 0, "use 0 (off) or a number of updates"),
+        ("critic_warmup_updates", not (hp.critic_warmup_updates and hp.get("compile_update")),
+         "the warm-up switch is read inside the compiled loss, which would recompile every update; set "
+         "compile_update: false (or critic_warmup_updates: 0)"),
         histograms_check(hp.histograms_every_n_updates),
     ]
     check_fields(checks, hp)
