@@ -16,6 +16,9 @@ NEEDS_EXTRA = {
     "ppo_connect_four": "pyspiel",
     "spo_connect_four": "pyspiel",
     "bc_hearts": "pyspiel",
+    "ppo_kuhn": "pyspiel",
+    "ppo_leduc": "pyspiel",
+    "ppo_tictactoe_selfplay": "pyspiel",
 }
 
 
