@@ -17,6 +17,9 @@ NEEDS_EXTRA = {
     "ppo_connect_four_board": "pyspiel",
     "spo_connect_four": "pyspiel",
     "bc_hearts": "pyspiel",
+    "ppo_kuhn": "pyspiel",
+    "ppo_leduc": "pyspiel",
+    "ppo_tictactoe_selfplay": "pyspiel",
 }
 
 

@@ -82,7 +82,11 @@ def _short_evaluation(tmp_path: Path, config: Path, loaded: dict) -> list[str]:
 
     def shortened(cb: dict) -> dict:
         game = cb["class_path"].endswith(".GameEvaluation")
-        short = {"num_games": 8} if game else {"max_steps": 50, "num_episodes": 2}
+        # exploitability off: tic-tac-toe's would enumerate 294,778 histories (tests/test_exploitability.py fits it),
+        # so a panel left empty for it plays random instead
+        short = {"num_games": 8, "exploitability": False} if game else {"max_steps": 50, "num_episodes": 2}
+        if game and (cb.get("init_args") or {}).get("opponents") == []:
+            short["opponents"] = ["random"]
         return {**cb, "init_args": {**(cb.get("init_args") or {}), **short}}
 
     short = [shortened(cb) if cb["class_path"].endswith("Evaluation") else cb for cb in callbacks]
