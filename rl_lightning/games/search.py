@@ -44,6 +44,7 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.algos import PPO, SPO
+from rl_lightning.envs.games.bots.mcts import engine_rows
 from rl_lightning.errors import ConfigError
 from rl_lightning.lineage import REVISION_KEY, read_checkpoint
 
@@ -211,12 +212,7 @@ class NetworkMCTS:
         generator: torch.Generator,
         engine_states: list[Any] | None = None,
     ) -> torch.Tensor:
-        if engine_states is None:
-            raise ConfigError("NetworkMCTS needs the engine states of its rows (engine_states=); play it through "
-                              "the match driver, GameEvaluation or a seat map of an OpenSpielEnv")  # fmt: skip
-        if len(engine_states) != len(action_mask):
-            raise ValueError(f"NetworkMCTS: {len(engine_states)} engine states for {len(action_mask)} rows")
-        if not engine_states:
+        if not engine_rows("NetworkMCTS", engine_states, action_mask):
             return torch.zeros(0, dtype=torch.int64, device=action_mask.device)
         if self.rollout_weight > 0:
             self._rng = random.Random(int(torch.randint(2**31 - 1, (1,), generator=generator, device=generator.device)))

@@ -68,12 +68,7 @@ class OpenSpielMCTSBot:
         generator: torch.Generator,
         engine_states: list[Any] | None = None,
     ) -> torch.Tensor:
-        if engine_states is None:
-            raise ConfigError("OpenSpielMCTSBot needs the engine states of its rows (engine_states=); play it "
-                              "through the match driver, GameEvaluation or a seat map of an OpenSpielEnv")  # fmt: skip
-        if len(engine_states) != len(action_mask):
-            raise ValueError(f"OpenSpielMCTSBot: {len(engine_states)} engine states for {len(action_mask)} rows")
-        if not engine_states:
+        if not engine_rows("OpenSpielMCTSBot", engine_states, action_mask):
             return torch.zeros(0, dtype=torch.int64, device=action_mask.device)
         from open_spiel.python.algorithms import mcts
 
@@ -86,3 +81,14 @@ class OpenSpielMCTSBot:
                                   random_state=rng)  # fmt: skip
             actions.append(search.step(state))
         return torch.tensor(actions, dtype=torch.int64, device=action_mask.device)
+
+
+def engine_rows(owner: str, engine_states: list[Any] | None, action_mask: torch.Tensor) -> bool:
+    """Whether a searching bot has rows to play: refuses a call without one engine state per row (one line, naming
+    how to play it), and is False for an empty batch."""
+    if engine_states is None:
+        raise ConfigError(f"{owner} needs the engine states of its rows (engine_states=); play it through the match "
+                          "driver, GameEvaluation or a seat map of an OpenSpielEnv")  # fmt: skip
+    if len(engine_states) != len(action_mask):
+        raise ValueError(f"{owner}: {len(engine_states)} engine states for {len(action_mask)} rows")
+    return bool(engine_states)
