@@ -19,10 +19,11 @@ from gymnasium import spaces
 from pettingzoo import AECEnv, ParallelEnv
 
 
-class PassTheParcel(AECEnv):
-    metadata = {"name": "pass_the_parcel_v0", "is_parallelizable": False}
+class _ThreeSeatToy(AECEnv):
+    """Three agents ``a, b, c``, each seeing 3 floats and a 3-action mask: the spaces and the per-game books the
+    toy AEC games below share."""
 
-    def __init__(self, length: int = 5) -> None:
+    def __init__(self, length: int) -> None:
         super().__init__()
         self.length = length
         self.possible_agents = ["a", "b", "c"]
@@ -39,7 +40,8 @@ class PassTheParcel(AECEnv):
     def action_space(self, agent: str) -> spaces.Space:
         return self.action_spaces[agent]
 
-    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+    def _open_books(self) -> None:
+        """Every agent in play, nothing paid, ended or said yet, turn 0."""
         self.agents = list(self.possible_agents)
         self.rewards = dict.fromkeys(self.agents, 0.0)
         self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
@@ -47,6 +49,16 @@ class PassTheParcel(AECEnv):
         self.truncations = dict.fromkeys(self.agents, False)
         self.infos = {agent: {} for agent in self.agents}
         self.turn = 0
+
+
+class PassTheParcel(_ThreeSeatToy):
+    metadata = {"name": "pass_the_parcel_v0", "is_parallelizable": False}
+
+    def __init__(self, length: int = 5) -> None:
+        super().__init__(length)
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        self._open_books()
         self.last = 0.0
         self.start = np.random.default_rng(seed).integers(3)  # which agent moves first: the reset seed matters
         self.agent_selection = self.agents[self.start]
@@ -109,34 +121,14 @@ class SimultaneousSum(ParallelEnv):
         return obs, rewards, terminations, truncations, infos
 
 
-class LastOneStanding(AECEnv):
+class LastOneStanding(_ThreeSeatToy):
     metadata = {"name": "last_one_standing_v0", "is_parallelizable": False}
 
     def __init__(self, length: int = 30) -> None:
-        super().__init__()
-        self.length = length
-        self.possible_agents = ["a", "b", "c"]
-        obs = spaces.Box(0.0, 100.0, (3,), np.float32)
-        self.observation_spaces = {
-            agent: spaces.Dict({"observation": obs, "action_mask": spaces.Box(0, 1, (3,), np.int8)})
-            for agent in self.possible_agents
-        }
-        self.action_spaces = {agent: spaces.Discrete(3) for agent in self.possible_agents}
-
-    def observation_space(self, agent: str) -> spaces.Space:
-        return self.observation_spaces[agent]
-
-    def action_space(self, agent: str) -> spaces.Space:
-        return self.action_spaces[agent]
+        super().__init__(length)
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
-        self.agents = list(self.possible_agents)
-        self.rewards = dict.fromkeys(self.agents, 0.0)
-        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
-        self.terminations = dict.fromkeys(self.agents, False)
-        self.truncations = dict.fromkeys(self.agents, False)
-        self.infos = {agent: {} for agent in self.agents}
-        self.turn = 0
+        self._open_books()
         self.agent_selection = self.agents[0]
 
     def observe(self, agent: str) -> dict[str, np.ndarray]:
