@@ -31,6 +31,9 @@ POLICY_VERSION = "policy_version"
 NEXT_VALUE = "next_value"  # V(final_obs) of each step
 ADVANTAGE = "advantage"
 RETURN = "return"
+# PPO's minibatches when the encoder is a fixed decoding (``networks/encoders.py``, e.g. ``hearts``): each rollout row
+# decoded once per update, the minibatches carry its features instead of ``obs``.
+FEATURES = "features"
 
 # SPO search outputs, stored per replay row (spo.md §1.4).
 SAMPLED_ACTIONS = "sampled_actions"  # [N(, D)] the surviving particles' root actions: the target's support

@@ -93,9 +93,15 @@ class Magnet(nn.Module):
         return functional_call(module.actor, self._weights("actor"), (features,))
 
     def loss(self, module: Any, mb: dict[str, Any]) -> torch.Tensor:
-        """``coef · mean KL(π_θ ‖ ρ)`` over the minibatch's rows (``obs`` already normalised, ``action_mask``)."""
-        obs, mask = mb[keys.OBS], mb.get(keys.ACTION_MASK)
-        kl = magnet_kl(module.actor(module.encoder(obs)), self.magnet_logits(module, obs), mask).mean()
+        """``coef · mean KL(π_θ ‖ ρ)`` over the minibatch's rows (``obs`` already normalised, or ``features`` of a
+        fixed decoding; ``action_mask``)."""
+        mask = mb.get(keys.ACTION_MASK)
+        if keys.FEATURES in mb:  # a fixed decoding (no parameters): the magnet's features are the policy's
+            features = mb[keys.FEATURES]
+            magnet = functional_call(module.actor, self._weights("actor"), (features,)) if self.names else None
+        else:
+            features, magnet = module.encoder(mb[keys.OBS]), self.magnet_logits(module, mb[keys.OBS])
+        kl = magnet_kl(module.actor(features), magnet, mask).mean()
         detached = kl.detach()
         self._kl_sum = detached if self._kl_sum is None else self._kl_sum + detached
         self._steps += 1

@@ -173,10 +173,12 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         self.reward_scaler = RewardScaler(gamma, norm_clip_reward) if normalize_reward else None
         if anneal_clip:  # a buffer filled in place: a compiled loss reads the new value without recompiling
             self.register_buffer("clip_now", torch.tensor(float(clip_coef)), persistent=False)
-        # The value V(obs) of each rollout row: where the critic shares a CNN's features with the actor it comes
-        # with the action (the features are there); otherwise ``process_rollout`` computes it for the whole rollout
-        # in one batched forward (the weights cannot change during a rollout), not one small forward per step.
-        self._value_when_acting = share_encoder and any(True for _ in self.encoder.parameters())
+        # The value V(obs) of each rollout row: where the critic shares a CNN's features (or a fixed decoding's, the
+        # costly part of a Hearts forward) with the actor it comes with the action (the features are there);
+        # otherwise ``process_rollout`` computes it for the whole rollout in one batched forward (the weights cannot
+        # change during a rollout), not one small forward per step.
+        shared_work = any(True for _ in self.encoder.parameters()) or self.encoder.fixed_decoding
+        self._value_when_acting = share_encoder and shared_work
         if init_weights:  # after every weight and buffer exists; before any trainer or env (one-line refusals)
             self.parent_digest = load_init_weights(self, init_weights, families=("bc", "ppo"))
         self.magnet = None if magnet is None else Magnet(self, magnet)  # after init_weights: ``initial`` copies them
@@ -227,6 +229,9 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
 
     def _evaluate_minibatch(self, mb: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(logprob, entropy, value)`` of a minibatch's stored actions (``RecurrentPPO`` replays sequences)."""
+        if keys.FEATURES in mb:  # decoded once per update (``PPOUpdate.update``): the critic reads the same features
+            features = mb[keys.FEATURES]
+            return self._heads_log_prob_entropy_value(features, features, mb[keys.ACTION], mb.get(keys.ACTION_MASK))
         return self._log_prob_entropy_value(mb[keys.OBS], mb[keys.ACTION], mb.get(keys.ACTION_MASK))
 
     def minibatch_loss(self, mb: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:

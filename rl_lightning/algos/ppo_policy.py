@@ -33,6 +33,13 @@ class PPOPolicy:
         features = self.encoder(obs)
         return features, features if self.critic_encoder is None else self.critic_encoder(obs)
 
+    @property
+    def decodes_once(self) -> bool:
+        """The encoders are a fixed decoding (``ObsEncoder.fixed_decoding``; the critic's, if separate, the same map):
+        ``update`` decodes each row once and the minibatches carry ``features``."""
+        encoders = [self.encoder] if self.critic_encoder is None else [self.encoder, self.critic_encoder]
+        return all(getattr(encoder, "fixed_decoding", False) for encoder in encoders)
+
     def _critic_features(self, td: TensorDict) -> torch.Tensor:
         return (self.encoder if self.critic_encoder is None else self.critic_encoder)(self._obs(td))
 

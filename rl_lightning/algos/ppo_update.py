@@ -82,9 +82,9 @@ class PPOUpdate:
         standalone (``FailFast.reproduce`` replays a failing update this way).
 
         The minibatch loop is kept lean (the profile in benchmarks/README.md): the columns it needs are pulled out
-        of the TensorDict once (observations normalised once), shuffled with one gather per epoch and sliced as
-        views per minibatch; the terms are stacked into one tensor per step and summed on the device (read once,
-        when logged).
+        of the TensorDict once (observations normalised once; a fixed decoding run once), shuffled with one gather
+        per epoch and sliced as views per minibatch; the terms are stacked into one tensor per step and summed on the
+        device (read once, when logged).
         """
         hp = self.hparams
         batch = batch.reshape(-1)
@@ -95,10 +95,16 @@ class PPOUpdate:
                 f"model.num_minibatches={hp.num_minibatches}; raise data.num_steps or data.num_envs"
             )
         size = minibatch * hp.num_minibatches  # a remainder of rows is left out of each epoch (self-play only)
-        columns = {key: batch[key] for key in _UPDATE_KEYS}
-        columns[keys.OBS] = self._obs(batch)  # the statistics are frozen during an update: normalise once
+        columns = {key: batch[key] for key in _UPDATE_KEYS if key != keys.OBS}
+        obs = self._obs(batch)  # the statistics are frozen during an update: normalise once
+        if self.decodes_once:  # a fixed decoding (Hearts' 5,088 -> 516): once per row, not once per minibatch
+            with torch.no_grad():
+                columns[keys.FEATURES] = self.encoder(obs)
+        else:
+            columns[keys.OBS] = obs
         if keys.ACTION_MASK in batch:
             columns[keys.ACTION_MASK] = batch[keys.ACTION_MASK]
+
         def epoch() -> Iterator[dict[str, Any]]:
             perm = torch.randperm(batch.numel(), generator=self.generator)[:size].to(batch.device)
             shuffled = {key: value[perm] for key, value in columns.items()}

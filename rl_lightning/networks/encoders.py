@@ -219,6 +219,13 @@ class ObsEncoder(nn.Module):
         self.encoders = nn.ModuleList([leaf_encoder(leaf, name) for _, leaf, name in chosen])
         self.out_dim = sum(encoder.out_dim for encoder in self.encoders)
 
+    @property
+    def fixed_decoding(self) -> bool:
+        """Whether this encoder is a game's fixed decoding and nothing else learnable (no parameters): a row's
+        features never change, so PPO decodes each rollout row once per update rather than once per minibatch."""
+        decoders = tuple(DECODERS.values())
+        return any(isinstance(enc, decoders) for enc in self.encoders) and next(self.parameters(), None) is None
+
     def forward(self, obs: torch.Tensor | TensorDict) -> torch.Tensor:
         parts = [enc(obs if key == () else obs[key]) for key, enc in zip(self.keys, self.encoders, strict=True)]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
