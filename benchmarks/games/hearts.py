@@ -20,9 +20,10 @@ saved); prints each run's env steps, wall, decisions per second over the whole f
 last checkpoint (``judge``).
 
 clone: ``--bc-games`` HeartsHeuristic games recorded, ``bc_hearts.yaml`` for ``--bc-epochs``, then ``ppo_hearts.yaml``
-from the clone's weights (plus ``--extra``: a magnet toward the clone, a learning rate) for what is left of
-``--minutes``; judges the clone and the PPO policy.
-    python benchmarks/games/hearts.py --sections clone --minutes 55 --extra "--model.init_args.magnet '{kind: initial}'"
+from the clone's weights (plus ``--extra``: a critic warm-up, a magnet toward the clone) once per ``--seeds`` entry,
+each capped at ``--minutes``; judges the clone and each PPO run, compared with the clone on the same deals.
+    python benchmarks/games/hearts.py --sections clone --seeds 1,2,3 \
+        --extra "--model.init_args.critic_warmup_updates 20"
 
 judge: each checkpoint (PPO or BC) greedy in every seat in turn, over the same ``--hands`` / 4 duplicate deals:
 points per hand against three random seats, and among three HeartsHeuristic with the heuristic's own points in the
@@ -169,10 +170,12 @@ def run_fits(seeds: list[int], jobs: int, minutes: float, extra: list[str], work
         judge(str(ckpt), hands, seed=0)
 
 
-def run_clone(games: int, epochs: int, minutes: float, extra: list[str], work: Path, hands: int) -> None:
+def run_clone(
+    games: int, epochs: int, minutes: float, extra: list[str], work: Path, hands: int, seeds: list[int], jobs: int
+) -> None:
     """Behaviour cloning on ``games`` HeartsHeuristic games (``bc_hearts.yaml``, recorded first), then
-    ``ppo_hearts.yaml`` from the clone's weights with ``extra`` (e.g. a magnet toward the clone); judges both."""
-    start = time.perf_counter()
+    ``ppo_hearts.yaml`` from the clone's weights with ``extra`` (e.g. a critic warm-up), once per seed, ``jobs`` at a
+    time, each capped at ``minutes``; judges the clone and each PPO run, each compared with the clone deal by deal."""
     args = ["--config", "bc_hearts.yaml", "--data.init_args.path", str(work / f"records_{games}"),
             "--data.init_args.record_games", str(games), "--trainer.max_epochs", str(epochs)]  # fmt: skip
     code, wall, memory = _finish(_fit("clone", args, work, minutes))
@@ -180,17 +183,26 @@ def run_clone(games: int, epochs: int, minutes: float, extra: list[str], work: P
     if code != 0 or not clone.is_file():
         raise SystemExit(f"BC failed (exit {code}); see {work / 'clone.log'}")
     print(f"BC: {games} games recorded and {epochs} epochs in {wall / 60:.1f} min, peak memory {memory:.2f} GB")
-    judge(str(clone), hands, seed=0)
-    left = minutes - (time.perf_counter() - start) / 60
-    args = ["--config", "ppo_hearts.yaml", "--model.init_args.init_weights", str(clone), *extra]
-    code, wall, memory = _finish(_fit("from_clone", args, work, left))
-    ckpt = work / "runs" / "ppo_hearts" / "from_clone" / "checkpoints" / "last.ckpt"
-    if code != 0 or not ckpt.is_file():
-        raise SystemExit(f"PPO from the clone failed (exit {code}); see {work / 'from_clone.log'}")
-    steps = _env_steps(ckpt)
-    print(f"PPO from the clone: {steps:,} env steps in {wall / 60:.1f} min ({steps / wall:,.0f} decisions/s whole "
-          f"fit), peak memory {memory:.2f} GB")  # fmt: skip
-    judge(str(ckpt), hands, seed=0)
+    pending, running, done = list(seeds), [], []
+    while pending or running:
+        while pending and len(running) < jobs:
+            seed = pending.pop(0)
+            args = ["--config", "ppo_hearts.yaml", "--seed_everything", str(seed),
+                    "--model.init_args.init_weights", str(clone), *extra]  # fmt: skip
+            running.append((seed, _fit(f"from_clone_{seed}", args, work, minutes)))
+        seed, process = running.pop(0)
+        done.append((seed, *_finish(process)))
+    ckpts = [str(clone)]
+    for seed, code, wall, memory in done:
+        ckpt = work / "runs" / "ppo_hearts" / f"from_clone_{seed}" / "checkpoints" / "last.ckpt"
+        if code != 0 or not ckpt.is_file():
+            print(f"PPO from the clone, seed {seed}: exit {code}, no last.ckpt; see {work / f'from_clone_{seed}.log'}")
+            continue
+        steps = _env_steps(ckpt)
+        print(f"PPO from the clone, seed {seed}: {steps:,} env steps in {wall / 60:.1f} min ({steps / wall:,.0f} "
+              f"decisions/s whole fit), peak memory {memory:.2f} GB")  # fmt: skip
+        ckpts.append(str(ckpt))
+    run_judge(ckpts, hands)
 
 
 def judge(ckpt: str, hands: int, seed: int) -> dict[str, Any]:
@@ -241,9 +253,9 @@ def main() -> None:
     parser.add_argument("--encoders", default="mlp,hearts", help="profile, cost: model.encoder values to compare")
     parser.add_argument("--updates", type=int, default=4, help="cost: updates timed per encoder")
     parser.add_argument("--workdir", default="bench_hearts", help="runs, logs and records go here")
-    parser.add_argument("--seeds", default="1", help="fit: comma list of seeds (seed_everything)")
-    parser.add_argument("--jobs", type=int, default=1, help="fit: fits at a time (one torch thread each)")
-    parser.add_argument("--minutes", type=float, default=60.0, help="fit: wall-clock limit of each fit")
+    parser.add_argument("--seeds", default="1", help="fit, clone: comma list of seeds (seed_everything)")
+    parser.add_argument("--jobs", type=int, default=1, help="fit, clone: fits at a time (one torch thread each)")
+    parser.add_argument("--minutes", type=float, default=60.0, help="fit, clone: wall-clock limit of each fit")
     parser.add_argument("--extra", default="", help="fit: further rl-lightning fit arguments, space separated")
     parser.add_argument("--bc-games", type=int, default=1000, help="clone: HeartsHeuristic games recorded")
     parser.add_argument("--bc-epochs", type=int, default=10, help="clone: BC epochs")
@@ -267,7 +279,9 @@ def main() -> None:
         seeds = [int(s) for s in args.seeds.split(",")]
         run_fits(seeds, args.jobs, args.minutes, shlex.split(args.extra), work, args.hands)
     if "clone" in sections:
-        run_clone(args.bc_games, args.bc_epochs, args.minutes, shlex.split(args.extra), work, args.hands)
+        seeds = [int(s) for s in args.seeds.split(",")]
+        extra = shlex.split(args.extra)
+        run_clone(args.bc_games, args.bc_epochs, args.minutes, extra, work, args.hands, seeds, args.jobs)
     if "judge" in sections:
         run_judge([c.strip() for c in args.ckpts.split(",") if c.strip()], args.hands)
 
