@@ -176,3 +176,19 @@ def test_the_term_pulls_the_policy_toward_the_magnet() -> None:
         torch.testing.assert_close(a, b + 0.7 * c)
     assert isinstance(module.magnet, Magnet)
     assert kl.item() > 0
+
+
+@pytest.mark.parametrize("magnet", [None, {"kind": "initial", "coef": 1.0}, "ema"])
+def test_a_magnet_runs_checkpoint_starts_a_run_with_or_without_a_magnet(tmp_path: Path, magnet: object) -> None:
+    """``init_weights`` from a run trained with an EMA magnet: the policy's weights load, the old magnet's buffers do
+    not (they were refused as extra keys); a new magnet starts from the loaded weights."""
+    module, datamodule = _selfplay("ema")
+    fit = trainer(tmp_path, [])
+    fit.fit(module, datamodule)
+    path = tmp_path / "magnet.ckpt"
+    fit.save_checkpoint(path)
+    started = PPO(env_spec=module.env_spec, hidden_sizes=(8,), magnet=magnet, init_weights=str(path))
+    for name, param in module.actor.named_parameters():
+        assert torch.equal(dict(started.actor.named_parameters())[name], param)
+        if magnet is not None:  # the new magnet copied the loaded weights, not the old run's EMA
+            assert torch.equal(started.magnet.state_dict()[f"actor__{name.replace('.', '__')}"], param.detach())

@@ -15,6 +15,7 @@ from torch import nn
 from rl_lightning.errors import ConfigError
 from rl_lightning.lineage import REVISION_KEY, read_checkpoint
 
+_MAGNET_PREFIX = "magnet."
 _SPEC_FIELDS = ("obs_shape", "obs_dtype", "discrete", "num_actions", "action_shape", "has_action_mask", "num_seats")
 
 
@@ -37,7 +38,10 @@ def load_init_weights(
         raise ConfigError(f"{where}: was written by algorithm family {family!r}; initial weights come from a "
                           f"{' or '.join(families)} checkpoint")  # fmt: skip
     _check_spec(checkpoint, module.env_spec, where)
-    saved, own = checkpoint["state_dict"], module.state_dict()
+    # A magnet's buffers (``model.magnet``) are the writing run's regulariser, not its policy: the module's own
+    # magnet, if any, is built from the loaded weights afterwards.
+    saved = {name: t for name, t in checkpoint["state_dict"].items() if not name.startswith(_MAGNET_PREFIX)}
+    own = module.state_dict()
     mismatch = _first_mismatch(saved, own)
     if mismatch:
         raise ConfigError(f"{where}: its weights do not fit the model ({mismatch}); use the network settings "
