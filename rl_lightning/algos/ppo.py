@@ -61,6 +61,10 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         lr: Adam learning rate.
         adam_eps: Adam epsilon (1e-5 as in the PPO reference implementations).
         anneal_lr: decay the learning rate linearly to 0 over ``data.total_env_steps``.
+        anneal_lr_start: with ``anneal_lr``, the fraction of ``data.total_env_steps`` for which the learning rate
+            stays at ``lr`` before its linear decay to 0 at the end begins (0: decay over the whole run). A late
+            decay damps the sampling noise of the last iterate once a regularised self-play run is near its
+            equilibrium, where a decay over the whole run slows it down before it gets there.
         anneal_clip: decay ``clip_coef`` linearly to 0 over ``data.total_env_steps`` as SB3's ``lin_`` schedules do:
             an update clips at ``clip_coef × (1 − env steps so far / total)``, its own rollout's steps included
             (SB3's ``progress_remaining``, clamped at 0); the value clip of ``clip_vloss`` follows it.
@@ -120,6 +124,7 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         lr: float = 3e-4,
         adam_eps: float = 1e-5,
         anneal_lr: bool = False,
+        anneal_lr_start: float = 0.0,
         anneal_clip: bool = False,
         gamma: float = 0.99,
         gae_lambda: float = 0.95,
@@ -210,9 +215,8 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         hp = self.hparams
         optimizer = self.optimizers()
         if hp.anneal_lr and self.total_env_steps:
-            frac = 1.0 - min(self.env_steps - collected * self.trainer.world_size, self.total_env_steps) / (
-                self.total_env_steps
-            )
+            done = self.env_steps - collected * self.trainer.world_size  # before this rollout, as before
+            frac = lr_fraction(done, self.total_env_steps, hp.anneal_lr_start)
             for group in optimizer.param_groups:
                 group["lr"] = frac * hp.lr
         if hp.anneal_clip and self.total_env_steps:  # SB3 counts the rollout just collected (lr above does not)
@@ -294,11 +298,24 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         self.log_update(metrics)
 
 
+def lr_fraction(env_steps: int, total_env_steps: int, start: float = 0.0) -> float:
+    """The fraction of ``lr`` that ``anneal_lr`` applies after ``env_steps`` of ``total_env_steps``: 1 until
+    ``start × total``, then linear to 0 at ``total`` (and 0 past it)."""
+    progress = min(env_steps, total_env_steps) / total_env_steps
+    return 1.0 if progress <= start else (1.0 - progress) / (1.0 - start)
+
+
 def _check_hparams(hp: Any) -> None:
     checks = [
         ("update_epochs", hp.update_epochs >= 1, "use >= 1"),
         ("num_minibatches", hp.num_minibatches >= 1, "use >= 1"),
         ("lr", hp.lr > 0, "use a positive learning rate, e.g. 3e-4"),
+        ("anneal_lr_start", 0.0 <= hp.get("anneal_lr_start", 0.0) < 1.0, "use a fraction in [0, 1), e.g. 0.5"),
+        (
+            "anneal_lr_start",
+            hp.get("anneal_lr", False) or not hp.get("anneal_lr_start", 0.0),
+            "it only delays anneal_lr's decay; set anneal_lr: true (or anneal_lr_start: 0)",
+        ),
         ("gamma", 0.0 <= hp.gamma <= 1.0, "use a discount in [0, 1]"),
         ("gae_lambda", 0.0 <= hp.gae_lambda <= 1.0, "use λ in [0, 1]"),
         ("clip_coef", hp.clip_coef > 0, "use a positive clip, e.g. 0.2"),
@@ -307,9 +324,12 @@ def _check_hparams(hp: Any) -> None:
         ("norm_clip_obs", hp.norm_clip_obs > 0, "use a positive bound, e.g. 10"),
         ("norm_clip_reward", hp.norm_clip_reward > 0, "use a positive bound, e.g. 10"),
         ("critic_warmup_updates", hp.critic_warmup_updates >= 0, "use 0 (off) or a number of updates"),
-        ("critic_warmup_updates", not (hp.critic_warmup_updates and hp.get("compile_update")),
-         "the warm-up switch is read inside the compiled loss, which would recompile every update; set "
-         "compile_update: false (or critic_warmup_updates: 0)"),
+        (
+            "critic_warmup_updates",
+            not (hp.critic_warmup_updates and hp.get("compile_update")),
+            "the warm-up switch is read inside the compiled loss, which would recompile every update; set "
+            "compile_update: false (or critic_warmup_updates: 0)",
+        ),
         histograms_check(hp.histograms_every_n_updates),
     ]
     check_fields(checks, hp)
