@@ -148,25 +148,33 @@ def _env_steps(ckpt: Path) -> int:
     return int(torch.load(ckpt, map_location="cpu", weights_only=False)["OnPolicyDataModule"]["local_env_steps"])
 
 
-def run_fits(seeds: list[int], jobs: int, minutes: float, extra: list[str], work: Path, hands: int) -> None:
-    """``ppo_hearts.yaml`` once per seed, ``jobs`` at a time; whole-fit decisions per second, memory, the judge."""
+def _ppo_seeds(seeds: list[int], jobs: int, minutes: float, args: list[str], work: Path, name: str) -> list[Path]:
+    """``ppo_hearts.yaml`` plus ``args`` once per seed (run ``{name}_{seed}``), ``jobs`` at a time, each capped at
+    ``minutes``; prints each run's env steps, whole-fit decisions per second and peak memory; their last.ckpt paths."""
     pending, running, done = list(seeds), [], []
     while pending or running:
         while pending and len(running) < jobs:
             seed = pending.pop(0)
-            args = ["--config", "ppo_hearts.yaml", "--seed_everything", str(seed), *extra]
-            running.append((seed, _fit(f"seed_{seed}", args, work, minutes)))
+            fit_args = ["--config", "ppo_hearts.yaml", "--seed_everything", str(seed), *args]
+            running.append((seed, _fit(f"{name}_{seed}", fit_args, work, minutes)))
         seed, process = running.pop(0)
-        code, wall, memory = _finish(process)
-        done.append((seed, code, wall, memory))
+        done.append((seed, *_finish(process)))
+    ckpts = []
     for seed, code, wall, memory in done:
-        ckpt = work / "runs" / "ppo_hearts" / f"seed_{seed}" / "checkpoints" / "last.ckpt"
+        ckpt = work / "runs" / "ppo_hearts" / f"{name}_{seed}" / "checkpoints" / "last.ckpt"
         if code != 0 or not ckpt.is_file():
-            print(f"seed {seed}: exit {code}, no last.ckpt; see {work / f'seed_{seed}.log'}")
+            print(f"{name} {seed}: exit {code}, no last.ckpt; see {work / f'{name}_{seed}.log'}")
             continue
         steps = _env_steps(ckpt)
-        print(f"seed {seed}: {steps:,} env steps in {wall / 60:.1f} min wall ({steps / wall:,.0f} decisions/s whole "
+        print(f"{name} {seed}: {steps:,} env steps in {wall / 60:.1f} min wall ({steps / wall:,.0f} decisions/s whole "
               f"fit, start-up and evaluations included), peak memory {memory:.2f} GB")  # fmt: skip
+        ckpts.append(ckpt)
+    return ckpts
+
+
+def run_fits(seeds: list[int], jobs: int, minutes: float, extra: list[str], work: Path, hands: int) -> None:
+    """``ppo_hearts.yaml`` once per seed, ``jobs`` at a time; whole-fit decisions per second, memory, the judge."""
+    for ckpt in _ppo_seeds(seeds, jobs, minutes, extra, work, "seed"):
         judge(str(ckpt), hands, seed=0)
 
 
@@ -183,26 +191,8 @@ def run_clone(
     if code != 0 or not clone.is_file():
         raise SystemExit(f"BC failed (exit {code}); see {work / 'clone.log'}")
     print(f"BC: {games} games recorded and {epochs} epochs in {wall / 60:.1f} min, peak memory {memory:.2f} GB")
-    pending, running, done = list(seeds), [], []
-    while pending or running:
-        while pending and len(running) < jobs:
-            seed = pending.pop(0)
-            args = ["--config", "ppo_hearts.yaml", "--seed_everything", str(seed),
-                    "--model.init_args.init_weights", str(clone), *extra]  # fmt: skip
-            running.append((seed, _fit(f"from_clone_{seed}", args, work, minutes)))
-        seed, process = running.pop(0)
-        done.append((seed, *_finish(process)))
-    ckpts = [str(clone)]
-    for seed, code, wall, memory in done:
-        ckpt = work / "runs" / "ppo_hearts" / f"from_clone_{seed}" / "checkpoints" / "last.ckpt"
-        if code != 0 or not ckpt.is_file():
-            print(f"PPO from the clone, seed {seed}: exit {code}, no last.ckpt; see {work / f'from_clone_{seed}.log'}")
-            continue
-        steps = _env_steps(ckpt)
-        print(f"PPO from the clone, seed {seed}: {steps:,} env steps in {wall / 60:.1f} min ({steps / wall:,.0f} "
-              f"decisions/s whole fit), peak memory {memory:.2f} GB")  # fmt: skip
-        ckpts.append(str(ckpt))
-    run_judge(ckpts, hands)
+    ppo = _ppo_seeds(seeds, jobs, minutes, ["--model.init_args.init_weights", str(clone), *extra], work, "from_clone")
+    run_judge([str(clone), *map(str, ppo)], hands)
 
 
 def judge(ckpt: str, hands: int, seed: int) -> dict[str, Any]:
