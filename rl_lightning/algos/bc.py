@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from rl_lightning import keys
-from rl_lightning.algos.ppo import PPO
+from rl_lightning.algos.ppo import PPO, ppo_arguments
 from rl_lightning.env_step_log import finite_only, log_at_env_step, publish_to_callbacks, to_floats
 from rl_lightning.envs.base import EnvSpec
 from rl_lightning.errors import ConfigError
@@ -81,9 +81,7 @@ class BC(PPO):
     def save_hyperparameters(self, *args: Any, **kwargs: Any) -> None:
         """PPO's ``__init__`` calls this: save PPO's whole argument set, as BC passed it (Lightning reads each
         ``__init__`` frame through the most derived class's signature, which would drop PPO's own settings)."""
-        caller = inspect.currentframe().f_back  # PPO.__init__
-        names = [name for name in inspect.signature(PPO.__init__).parameters if name != "self"]
-        super().save_hyperparameters({name: caller.f_locals[name] for name in names})
+        super().save_hyperparameters(ppo_arguments(inspect.currentframe().f_back))  # the frame of PPO.__init__
 
     def check_config(self, datamodule: Any) -> None:
         """No rollout arithmetic: BC reads recorded rows."""

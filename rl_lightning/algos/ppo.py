@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -296,6 +297,14 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         if self.magnet is not None:
             metrics.update(self.magnet.metrics())
         self.log_update(metrics)
+
+
+def ppo_arguments(frame: Any) -> dict[str, Any]:
+    """``PPO.__init__``'s whole argument set from its running frame: what a subclass whose ``__init__`` takes fewer
+    (``BC``, ``AlphaZero``) saves as hyperparameters, so PPO's code reads every setting (Lightning, and its CLI,
+    would record only the subclass's own arguments)."""
+    names = [name for name in inspect.signature(PPO.__init__).parameters if name != "self"]
+    return {name: frame.f_locals[name] for name in names}
 
 
 def lr_fraction(env_steps: int, total_env_steps: int, start: float = 0.0) -> float:

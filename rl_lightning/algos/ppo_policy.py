@@ -40,6 +40,14 @@ class PPOPolicy:
         encoders = [self.encoder] if self.critic_encoder is None else [self.encoder, self.critic_encoder]
         return all(getattr(encoder, "fixed_decoding", False) for encoder in encoders)
 
+    @torch.no_grad()
+    def logits_and_value(self, obs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(masked logits [N, A], value [N])`` of a batch of raw observations: the network as a search reads it
+        (``algos/alphazero/puct.py``)."""
+        td = TensorDict({keys.OBS: obs, keys.ACTION_MASK: mask}, batch_size=[len(obs)]).to(self.device)
+        features, critic_features = self._features(td)
+        return self._logits(td, features), self.critic(critic_features).squeeze(-1)
+
     def _critic_features(self, td: TensorDict) -> torch.Tensor:
         return (self.encoder if self.critic_encoder is None else self.critic_encoder)(self._obs(td))
 

@@ -21,14 +21,19 @@ from rl_lightning.objectives.gae import generalized_advantage_estimate
 
 # What one optimiser step reports, in this order (logged as ``train/<name>``, averaged over the update's steps).
 TERM_NAMES = ("loss", "loss_policy", "loss_value", "loss_entropy", "approx_kl", "clip_fraction", "entropy", "grad_norm")
-_KL_INDEX = TERM_NAMES.index("approx_kl")
 _UPDATE_KEYS = (keys.OBS, keys.ACTION, keys.LOGPROB, keys.VALUE, keys.ADVANTAGE, keys.RETURN)
 
 
 class PPOUpdate:
     """``process_rollout`` (the targets of a fresh ``[T, B]`` rollout; self-play's per-seat ones through
     ``algos/selfplay_targets.py``) and ``update`` (``update_epochs × num_minibatches`` optimiser steps on it,
-    ``target_kl`` early stop, stop requests honoured between steps, optional ``torch.compile`` of the loss)."""
+    ``target_kl`` early stop, stop requests honoured between steps, optional ``torch.compile`` of the loss).
+
+    A subclass with another loss (``AlphaZero``) names the rollout columns its minibatches carry (``update_keys``)
+    and the terms its loss reports (``term_names``, the gradient norm last)."""
+
+    update_keys: tuple[str, ...] = _UPDATE_KEYS
+    term_names: tuple[str, ...] = TERM_NAMES
 
     @torch.no_grad()
     def process_rollout(self, batch: TensorDict) -> TensorDict:
@@ -95,7 +100,7 @@ class PPOUpdate:
                 f"model.num_minibatches={hp.num_minibatches}; raise data.num_steps or data.num_envs"
             )
         size = minibatch * hp.num_minibatches  # a remainder of rows is left out of each epoch (self-play only)
-        columns = {key: batch[key] for key in _UPDATE_KEYS if key != keys.OBS}
+        columns = {key: batch[key] for key in self.update_keys if key != keys.OBS}
         obs = self._obs(batch)  # the statistics are frozen during an update: normalise once
         if self.decodes_once:  # a fixed decoding (Hearts' 5,088 -> 516): once per row, not once per minibatch
             with torch.no_grad():
@@ -120,7 +125,8 @@ class PPOUpdate:
         params = [p for p in self.parameters() if p.requires_grad]
         steps_runner = OptimizerSteps(self, optimizer)
         max_norm = hp.max_grad_norm if hp.max_grad_norm > 0 else float("inf")
-        sums = torch.zeros(len(TERM_NAMES), device=self.device)
+        sums = torch.zeros(len(self.term_names), device=self.device)
+        kl_index = self.term_names.index("approx_kl") if hp.target_kl is not None else 0
         steps = 0
         for _ in range(hp.update_epochs):
             epoch_kl = torch.zeros((), device=self.device)
@@ -128,7 +134,7 @@ class PPOUpdate:
                 stop.check()  # a stop request abandons the update; the checkpoint is the previous one's
                 terms = self._minibatch_step(mb, steps_runner, params, max_norm)
                 sums += terms
-                epoch_kl += terms[_KL_INDEX]
+                epoch_kl += terms[kl_index]
                 steps += 1
             if hp.target_kl is not None:
                 mean_kl = epoch_kl / hp.num_minibatches
@@ -137,12 +143,12 @@ class PPOUpdate:
                 if mean_kl > hp.target_kl:  # one host sync per epoch, only with target_kl
                     break
         steps_runner.finish()
-        return TensorDict(dict(zip(TERM_NAMES, (sums / steps).unbind())), batch_size=[])
+        return TensorDict(dict(zip(self.term_names, (sums / steps).unbind())), batch_size=[])
 
     def _minibatch_step(
         self, mb: dict[str, Any], optimizer: OptimizerSteps, params: list[torch.Tensor], max_norm: float
     ) -> torch.Tensor:
-        """One optimiser step; returns the ``TERM_NAMES`` values stacked (detached)."""
+        """One optimiser step; returns the ``term_names`` values stacked (detached)."""
         loss, terms = self._minibatch_loss(mb)
         optimizer.zero_grad()
         optimizer.backward(loss)

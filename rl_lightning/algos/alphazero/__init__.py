@@ -1,0 +1,8 @@
+"""AlphaZero: self-play trained toward a PUCT tree search over the engine's game states."""
+
+from __future__ import annotations
+
+from rl_lightning.algos.alphazero.module import SEARCH_POLICY, AlphaZero
+from rl_lightning.algos.alphazero.puct import PUCTSearch, check_searchable, visit_targets
+
+__all__ = ["SEARCH_POLICY", "AlphaZero", "PUCTSearch", "check_searchable", "visit_targets"]

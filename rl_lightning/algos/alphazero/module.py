@@ -1,0 +1,179 @@
+"""AlphaZero (Silver et al., Science 2018) as a LightningModule: self-play in which every learning decision is a
+PUCT tree search (``puct.py``) guided by the network, trained toward what the search played.
+
+The network is PPO's actor-critic (same encoders, ``board`` included, same checkpoints' shapes: ``export``, the
+``NetworkMCTS`` bot, ``GameEvaluation``, ``init_weights`` from a PPO or BC run all read it). What differs from PPO
+is where its targets come from:
+
+- **acting** (``acting_policy`` when collecting): for every row of the self-play batch, ``simulations`` PUCT
+  simulations from the engine's live game state, Dirichlet noise at the root; the move is drawn from the visit
+  distribution for the game's first ``explore_moves`` moves, then the most visited (AlphaZero's temperature 1, then
+  → 0); ``search_policy`` (the visit distribution, proven losing moves removed: ``visit_targets``) is stored;
+- **learning** (``minibatch_loss``): cross-entropy of the policy to ``search_policy``, squared error of the value to
+  the decision's return (per-seat credit and GAE of ``algos/selfplay_targets.py``; ``gamma = gae_lambda = 1``, the
+  defaults, make it the game's result for the seat that moved, bootstrapped only where a rollout cuts a game).
+
+Perfect-information, deterministic two-seat zero-sum OpenSpiel games with terminal rewards (tic-tac-toe, Connect
+Four); other envs are refused in one line at setup. Each search costs ``simulations`` batched network forwards and
+Python tree work per row and tick: budgets are thousands of games, not millions of steps.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from rl_lightning import keys
+from rl_lightning.algos.alphazero.puct import PUCTSearch, check_searchable, visit_targets
+from rl_lightning.algos.ppo import PPO, ppo_arguments
+from rl_lightning.envs.base import BatchedEnv, EnvSpec
+from rl_lightning.errors import ConfigError, check_fields
+from rl_lightning.networks import distributions as D
+from rl_lightning.objectives.alphazero import alphazero_loss
+
+SEARCH_POLICY = "search_policy"  # [A] float: the search's visit distribution at a decision (the policy target)
+TERMS = ("loss", "loss_policy", "loss_value", "search_kl", "entropy", "grad_norm")
+
+
+class AlphaZero(PPO):
+    """AlphaZero self-play on PPO's network (the module docstring). Logs ``train/loss_policy`` (cross-entropy to
+    the search), ``train/search_kl`` (``KL(search ‖ network)``), ``train/loss_value``, ``train/entropy``.
+
+    Args:
+        env_spec: linked from ``data.env_spec`` by the CLI.
+        hidden_sizes, activation, encoder, share_encoder, ortho_init, normalize_obs, norm_clip_obs: the network, as
+            PPO builds it (``encoder: board`` for Connect Four's planes).
+        lr, adam_eps, anneal_lr, anneal_lr_start, max_grad_norm: Adam and its schedule, as PPO.
+        weight_decay: L2 penalty on every weight (AlphaZero's ``c‖θ‖²``; Adam's coupled form).
+        gamma, gae_lambda: the value target's discount and λ (1 and 1: the game's result).
+        update_epochs, num_minibatches: passes over each rollout and minibatches per pass.
+        vf_coef: weight of the value's ½ squared error beside the policy's cross-entropy.
+        simulations: PUCT simulations per decision (each one batched forward over the self-play batch).
+        c_puct: PUCT's exploration constant.
+        dirichlet_alpha, dirichlet_fraction: the root noise ``(1 − f)·P + f·Dir(α)`` (0: no noise).
+        explore_moves: moves of each game (counted from its start, both seats) drawn from the visit distribution;
+            later moves play the most visited action.
+        target_temperature: the policy target is the visit distribution raised to ``1 / target_temperature`` and
+            renormalised (1: AlphaZero's; below 1 sharper, so the network keeps less mass on moves the search
+            rarely visits, which a best response would exploit). The moves are drawn from the plain distribution.
+        init_weights, histograms_every_n_updates: as PPO.
+    """
+
+    family = "alphazero"
+    update_keys = (keys.OBS, keys.ACTION, keys.VALUE, keys.RETURN, SEARCH_POLICY)
+    term_names = TERMS
+
+    def __init__(
+        self,
+        env_spec: EnvSpec | None = None,
+        hidden_sizes: tuple[int, ...] = (128, 128),
+        activation: str = "relu",
+        encoder: str | dict[str, str] = "mlp",
+        share_encoder: bool = True,
+        lr: float = 1e-3,
+        adam_eps: float = 1e-8,
+        anneal_lr: bool = False,
+        anneal_lr_start: float = 0.0,
+        weight_decay: float = 1e-4,
+        gamma: float = 1.0,
+        gae_lambda: float = 1.0,
+        update_epochs: int = 4,
+        num_minibatches: int = 4,
+        vf_coef: float = 1.0,
+        max_grad_norm: float = 1.0,
+        normalize_obs: bool = False,
+        norm_clip_obs: float = 10.0,
+        ortho_init: bool = True,
+        simulations: int = 64,
+        c_puct: float = 1.5,
+        dirichlet_alpha: float = 0.3,
+        dirichlet_fraction: float = 0.25,
+        explore_moves: int = 8,
+        target_temperature: float = 1.0,
+        init_weights: str | None = None,
+        histograms_every_n_updates: int | None = None,
+    ) -> None:
+        super().__init__(env_spec, hidden_sizes=hidden_sizes, activation=activation, encoder=encoder,
+                         share_encoder=share_encoder, lr=lr, adam_eps=adam_eps, anneal_lr=anneal_lr,
+                         anneal_lr_start=anneal_lr_start, gamma=gamma, gae_lambda=gae_lambda,
+                         update_epochs=update_epochs, num_minibatches=num_minibatches, vf_coef=vf_coef,
+                         max_grad_norm=max_grad_norm, normalize_obs=normalize_obs, norm_clip_obs=norm_clip_obs,
+                         ortho_init=ortho_init, init_weights=init_weights,
+                         histograms_every_n_updates=histograms_every_n_updates)  # fmt: skip
+        check_fields([
+            ("weight_decay", weight_decay >= 0, "use 0 (off) or a small positive L2 weight, e.g. 1e-4"),
+            ("dirichlet_alpha", dirichlet_alpha > 0, "use a positive concentration, e.g. 0.3 (AlphaZero chess)"),
+            ("dirichlet_fraction", 0.0 <= dirichlet_fraction <= 1.0, "use a fraction in [0, 1], e.g. 0.25"),
+            ("explore_moves", explore_moves >= 0, "use 0 (always the most visited move) or a number of moves"),
+            ("target_temperature", target_temperature > 0, "use a positive temperature, e.g. 1 (AlphaZero) or 0.25"),
+        ], self.hparams)  # fmt: skip
+        if self.env_spec.action_kind != "discrete" or not self.env_spec.has_action_mask:
+            raise ConfigError(f"AlphaZero searches masked discrete moves, but {self.env_spec.name} has "
+                              f"{self.env_spec.action_kind} actions without masks; use a game env")  # fmt: skip
+        self._value_when_acting = False  # ``process_rollout`` values the rollout in one batched forward
+        self.search = PUCTSearch(self.logits_and_value, simulations, c_puct, field="model.")
+
+    def save_hyperparameters(self, *args: Any, **kwargs: Any) -> None:
+        """PPO's ``__init__`` calls this: save PPO's whole argument set and AlphaZero's own (``ppo_arguments``)."""
+        ppo_frame = inspect.currentframe().f_back  # PPO.__init__, called by AlphaZero.__init__
+        own = {name: ppo_frame.f_back.f_locals[name] for name in inspect.signature(AlphaZero.__init__).parameters
+               if name != "self"}  # fmt: skip
+        super().save_hyperparameters({**ppo_arguments(ppo_frame), **own})
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        fused = self.device.type in ("cpu", "cuda")
+        hp = self.hparams
+        return torch.optim.Adam(self.parameters(), lr=hp.lr, eps=hp.adam_eps, weight_decay=hp.weight_decay,
+                                fused=fused)  # fmt: skip
+
+    def check_config(self, datamodule: Any) -> None:
+        """PPO's rollout arithmetic, and the env must be one the search can play (one line, before any work)."""
+        super().check_config(datamodule)
+        self.search._observation = check_searchable(datamodule.env, "data.env", "AlphaZero")
+
+    def acting_policy(self, env: BatchedEnv, deterministic: bool = False, training: bool = True) -> Any:
+        """Collecting: the search of every row from its engine state (the module docstring). Evaluating: the
+        network alone, as PPO (``GameEvaluation.search_simulations`` plays the searching agent)."""
+        if not training:
+            return super().acting_policy(env, deterministic, training)
+
+        def policy(obs: TensorDict, generator: torch.Generator) -> TensorDict:
+            states = [env.env.engine_state(env.state, row) for row in range(env.num_envs)]
+            return self.search_and_act(states, generator, obs.batch_size, obs.device)
+
+        return policy
+
+    @torch.no_grad()
+    def search_and_act(
+        self, states: list[Any], generator: torch.Generator, batch_size: Any = None, device: Any = "cpu"
+    ) -> TensorDict:
+        """One self-play decision per live ``pyspiel.State``: ``action`` and ``search_policy`` (the module
+        docstring). Every draw (root noise, the move) comes from ``generator``."""
+        hp = self.hparams
+        seed = int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
+        noise = (hp.dirichlet_alpha, hp.dirichlet_fraction, np.random.default_rng(seed))
+        roots = self.search.search(states, noise if hp.dirichlet_fraction > 0 else None)
+        visits = torch.from_numpy(visit_targets(roots, self.env_spec.num_actions))
+        drawn = torch.multinomial(visits.to(generator.device), 1, generator=generator).cpu()
+        exploring = torch.tensor([state.move_number() < hp.explore_moves for state in states])
+        action = torch.where(exploring, drawn.squeeze(-1), visits.argmax(-1))
+        targets = visits.pow(1.0 / hp.target_temperature)
+        out = {keys.ACTION: action, SEARCH_POLICY: targets / targets.sum(-1, keepdim=True)}
+        return TensorDict(out, batch_size=batch_size or [len(states)]).to(device)
+
+    def minibatch_loss(self, mb: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loss, terms)`` of one minibatch: AlphaZero's loss (``objectives/alphazero.py``) and its ``TERMS``
+        but the gradient norm, stacked and detached."""
+        if keys.FEATURES in mb:  # a fixed decoding, decoded once per update
+            features = critic_features = mb[keys.FEATURES]
+        else:
+            features = self.encoder(mb[keys.OBS])
+            critic_features = features if self.critic_encoder is None else self.critic_encoder(mb[keys.OBS])
+        logits = D.masked_logits(self.actor(features), mb.get(keys.ACTION_MASK))
+        value = self.critic(critic_features).squeeze(-1)
+        terms = alphazero_loss(logits, value, mb[SEARCH_POLICY], mb[keys.RETURN], self.hparams.vf_coef)
+        return terms["loss"], torch.stack([terms[name] for name in TERMS[:-1]]).detach()

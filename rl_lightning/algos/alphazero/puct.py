@@ -1,0 +1,318 @@
+"""PUCT tree search over an engine's game states (AlphaZero's search), guided by a network's prior and value.
+
+``PUCTSearch`` grows one tree per given ``pyspiel.State`` (cloned; the states themselves are never changed):
+``simulations`` leaves each, every simulation descending by PUCT,
+
+    a* = argmax_a  Q(s, a) + c_puct · P(s, a) · √max(N(s), 1) / (1 + N(s, a)),
+
+where ``Q(s, a)`` is the mean value of the child for the seat that moves at ``s`` (0 while unvisited), ``P`` the
+prior over the legal actions (softmax of the network's masked logits) and ``N`` visit counts; it stops at a node
+not yet evaluated or at a finished game. A finished game is scored exactly (``state.returns()``); any other leaf
+by the network, ``V(obs)`` for the seat to act there, which in a two-seat zero-sum game is ``-V`` for the other
+seat. Every node on the path adds the leaf's value for the seat that moved at it, so opponents' turns are played
+by the same search and every choice is scored from its mover's side. The leaves of all trees are evaluated in one
+batched forward per simulation.
+
+Results are proven as in MCTS-Solver (Winands et al., 2008): a node is solved when one of its moves reaches the
+game's best result for its mover, or when all its children are solved; the search then stops at it as at a
+finished game. ``visit_targets`` turns the roots' visit counts into AlphaZero's policy targets with the proven
+losing moves removed; ``root_noise`` mixes Dirichlet noise into the roots' priors (AlphaZero's exploration in
+self-play).
+
+Used by ``AlphaZero`` (``algos/alphazero/module.py``) to act and to make its targets, and by the ``NetworkMCTS``
+bot (``games/search.py``).
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+from rl_lightning.errors import ConfigError
+
+#: ``(obs [L, *obs], mask [L, A] bool) -> (logits [L, A], value [L])``: the network as the search reads it.
+Evaluator = Any
+
+
+class _Node:
+    """One position of a search tree: its state, whose turn, and the statistics of its legal actions (plain lists:
+    for a handful of actions a Python loop costs less than numpy's per-call overhead)."""
+
+    __slots__ = ("children", "counts", "legal", "player", "prior", "solved", "state", "value_sum", "visits")
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+        terminal = state.is_terminal()
+        #: Every seat's result under best play, once known: the game's returns at its end, or proven (``_prove``).
+        self.solved: list[float] | None = state.returns() if terminal else None
+        self.player = -1 if terminal else state.current_player()
+        self.legal: list[int] = [] if terminal else state.legal_actions()
+        self.prior: list[float] | None = None  # set when the network evaluates the node
+        self.counts = [0] * len(self.legal)
+        self.value_sum = [0.0] * len(self.legal)
+        self.visits = 0
+        self.children: list[_Node | None] = [None] * len(self.legal)
+
+    def select(self, c_puct: float) -> int:
+        """The index (into ``legal``) of the PUCT choice (ties: the lowest index)."""
+        scale = c_puct * math.sqrt(max(self.visits, 1))
+        best, best_score = 0, -math.inf
+        for index, (count, total, prior) in enumerate(zip(self.counts, self.value_sum, self.prior, strict=True)):
+            score = (total / count if count else 0.0) + scale * prior / (1 + count)
+            if score > best_score:
+                best, best_score = index, score
+        return best
+
+    def child(self, index: int) -> _Node:
+        node = self.children[index]
+        if node is None:
+            state = self.state.clone()
+            state.apply_action(self.legal[index])
+            node = self.children[index] = _Node(state)
+        return node
+
+
+def _normalised(probs: np.ndarray) -> list[float]:
+    """The prior over the legal actions, summing to 1 (masked logits leave ~0 mass elsewhere)."""
+    return (probs / probs.sum()).tolist()
+
+
+def _backup(path: list[tuple[_Node, int]], values: Any, best: float) -> None:
+    """Add the leaf's per-seat ``values`` along ``path``: each edge gets the value of the seat that moved.
+
+    A solved leaf proves its way up as far as it can (MCTS-Solver, Winands et al. 2008): a node is solved when a
+    child gives its mover the game's ``best`` result, or when every child is solved (the mover's best of them).
+    """
+    proving = path and path[-1][0].children[path[-1][1]].solved is not None
+    for node, index in reversed(path):
+        node.counts[index] += 1
+        node.value_sum[index] += values[node.player]
+        node.visits += 1
+        if proving:
+            node.solved = _proven(node, best)
+            proving = node.solved is not None
+
+
+def _proven(node: _Node, best: float) -> list[float] | None:
+    """``node``'s result if its children prove it (a winning child, or all children solved), else None."""
+    results = [child.solved if child is not None else None for child in node.children]
+    mover = node.player
+    if any(result is not None and result[mover] >= best for result in results):
+        return next(result for result in results if result is not None and result[mover] >= best)
+    if all(result is not None for result in results):
+        return max(results, key=lambda result: result[mover])
+    return None
+
+
+
+def check_searchable(env: Any, field: str, who: str = "the search") -> str:
+    """Refuse, in one line naming ``field``, an env whose games the search cannot play (before any game is played):
+    no engine states (PettingZoo), hidden information (a search of the true state would read it), chance nodes,
+    rewards during the game, or seats whose values a network cannot give (more than two, or two not zero-sum).
+    Returns the env's observation choice (what the search's leaves must observe)."""
+    name = getattr(getattr(env, "spec", None), "name", type(env).__name__)
+    game = getattr(env, "game", None)
+    if not callable(getattr(env, "engine_state", None)) or game is None:
+        raise ConfigError(f"{field}: {who} searches the engine's game state, which {name} ({type(env).__name__}) "
+                          "does not expose; play it on an OpenSpiel game (rl_lightning.envs.games.OpenSpielEnv, "
+                          "env_id: open_spiel:connect_four)")  # fmt: skip
+    if not env.spec.perfect_information:
+        raise ConfigError(f"{field}: {name} hides information, and a search of the true state would read it; "
+                          f"{who} plays perfect-information games (connect_four, tic_tac_toe)")  # fmt: skip
+    game_type = game.get_type()
+    problems = {
+        "has chance nodes": game_type.chance_mode.name != "DETERMINISTIC",
+        "pays rewards during the game": game_type.reward_model.name != "TERMINAL",
+        f"has {env.spec.num_seats} seats that are not two zero-sum ones": env.spec.num_seats > 2
+        or (env.spec.num_seats == 2 and game_type.utility.name != "ZERO_SUM"),
+    }
+    for problem, found in problems.items():
+        if found:
+            raise ConfigError(f"{field}: {name} {problem}; {who} searches deterministic games with terminal rewards "
+                              "and one seat or two zero-sum seats (connect_four, tic_tac_toe)")  # fmt: skip
+    return getattr(env, "observation", "auto")
+
+
+class PUCTSearch:
+    """The search of the module docstring over a batch of engine states.
+
+    Args:
+        evaluator: ``(obs, mask) -> (logits, value)`` of the network (``None``: uniform prior and zero leaf value,
+            a plain tree search on exact game results).
+        simulations: leaves expanded per tree and call (each one batched network forward over the trees).
+        c_puct: the exploration constant of PUCT.
+        rollout_weight: λ in [0, 1]: a leaf is worth ``(1 − λ)·V + λ·z``, ``z`` the result of one uniformly random
+            game played on from it (AlphaGo's mixed leaf evaluation, its moves from ``self._rng``); 0: the value
+            head alone.
+        field: what the one-line refusals of bad settings name first (``"NetworkMCTS: "``, ``"model."``).
+    """
+
+    def __init__(
+        self,
+        evaluator: Evaluator | None,
+        simulations: int,
+        c_puct: float,
+        rollout_weight: float = 0.0,
+        field: str = "",
+    ) -> None:
+        if not isinstance(simulations, int) or simulations < 1:
+            raise ConfigError(f"{field}simulations={simulations!r} must be an int >= 1 (e.g. 100)")
+        if not c_puct > 0:
+            raise ConfigError(f"{field}c_puct={c_puct!r} must be > 0 (e.g. 1.5)")
+        if not 0.0 <= rollout_weight <= 1.0:
+            raise ConfigError(f"{field}rollout_weight={rollout_weight!r} must be in [0, 1] (0: the value head "
+                              "alone)")  # fmt: skip
+        self.evaluator = evaluator
+        self.simulations, self.c_puct, self.rollout_weight = simulations, float(c_puct), float(rollout_weight)
+        self._rng = random.Random(0)  # the rollouts' moves (callers reseed it per call)
+        self._observation = "auto"
+        self._best = 1.0  # the game's best result for a seat (``max_utility``), read at each search
+        self._observers: dict[str, tuple[Any, tuple[int, ...]]] = {}
+        self._noise: tuple[float, float, np.random.Generator] | None = None
+
+    def search(
+        self, engine_states: list[Any], root_noise: tuple[float, float, np.random.Generator] | None = None
+    ) -> list[_Node]:
+        """Grow one tree per state (``simulations`` leaves each); the roots, with their visit statistics.
+
+        ``root_noise = (alpha, fraction, rng)``: each root's prior becomes ``(1 − fraction)·P + fraction·η``,
+        ``η ~ Dirichlet(alpha)`` over its legal actions drawn from ``rng`` (AlphaZero's self-play exploration).
+
+        Python's cyclic garbage collector is paused meanwhile: a search allocates many small objects, whose
+        collections cost 4x the search itself (measured on Connect Four); the trees hold no cycles, so reference
+        counting frees them.
+        """
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._search(engine_states, root_noise)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _search(
+        self, engine_states: list[Any], root_noise: tuple[float, float, np.random.Generator] | None
+    ) -> list[_Node]:
+        self._best = engine_states[0].get_game().max_utility()
+        roots = [_Node(state.clone()) for state in engine_states]
+        self._evaluate([([], root) for root in roots])
+        if root_noise is not None:
+            alpha, fraction, rng = root_noise
+            for root in roots:
+                if root.prior is not None and root.legal:
+                    noise = rng.dirichlet([alpha] * len(root.legal))
+                    root.prior = [(1.0 - fraction) * p + fraction * n for p, n in zip(root.prior, noise, strict=True)]
+        for _ in range(self.simulations):
+            pending = []
+            for root in roots:
+                node, path = root, []
+                while node.solved is None and node.prior is not None:
+                    index = node.select(self.c_puct)
+                    path.append((node, index))
+                    node = node.child(index)
+                if node.solved is not None:
+                    _backup(path, node.solved, self._best)
+                else:
+                    pending.append((path, node))
+            self._evaluate(pending)
+        return roots
+
+    def _evaluate(self, pending: list[tuple[list[tuple[_Node, int]], _Node]]) -> None:
+        """Set the prior of each pending leaf and back its value up its path (one batched forward)."""
+        if not pending:
+            return
+        leaves = [node for _, node in pending]
+        if self.evaluator is None:
+            values = [0.0] * len(leaves)
+            priors = [[1.0 / len(node.legal)] * len(node.legal) for node in leaves]
+        else:
+            obs, mask = self._observe(leaves)
+            logits, value = self.evaluator(obs, mask)
+            probs = torch.softmax(logits.float(), -1).cpu().numpy().astype(np.float64)
+            values = value.float().cpu().tolist()
+            priors = [_normalised(probs[i, node.legal]) for i, node in enumerate(leaves)]
+        mix = self.rollout_weight
+        for (path, node), prior, value in zip(pending, priors, values, strict=True):
+            node.prior = prior
+            # The network's value is the acting seat's; the other seat of a two-seat zero-sum game has its negation.
+            per_seat = [-value] * node.state.num_players()
+            per_seat[node.player] = value
+            if mix > 0:
+                played = self._rollout(node.state)
+                per_seat = [(1.0 - mix) * v + mix * z for v, z in zip(per_seat, played, strict=True)]
+            _backup(path, per_seat, self._best)
+
+    def _rollout(self, state: Any) -> list[float]:
+        """Every seat's result of one game played on from ``state`` with uniformly random moves."""
+        state = state.clone()
+        choice = self._rng.choice
+        while not state.is_terminal():
+            state.apply_action(choice(state.legal_actions()))
+        return state.returns()
+
+    def _observe(self, leaves: list[_Node]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The acting seat's observation and legal-action mask of each leaf, as the env would give them."""
+        observer, shape = self._observer(leaves[0].state.get_game())
+        obs = np.empty((len(leaves), *shape), dtype=np.float32)
+        mask = np.zeros((len(leaves), leaves[0].state.get_game().num_distinct_actions()), dtype=bool)
+        for i, node in enumerate(leaves):
+            observer.set_from(node.state, node.player)
+            obs[i] = observer.tensor.reshape(shape)
+            mask[i, node.legal] = True
+        return torch.from_numpy(obs), torch.from_numpy(mask)
+
+    def _observer(self, game: Any) -> tuple[Any, tuple[int, ...]]:
+        """OpenSpiel's observer of the tensor the env reads (its ``observation`` choice), made once per game."""
+        key = str(game)
+        if key not in self._observers:
+            from open_spiel.python.observation import INFO_STATE_OBS_TYPE, make_observation
+
+            kind = self._observation
+            if kind == "auto":
+                kind = "observation" if game.get_type().provides_observation_tensor else "info_state"
+            if kind == "info_state":
+                observer = make_observation(game, INFO_STATE_OBS_TYPE)
+                shape = tuple(game.information_state_tensor_shape())
+            else:
+                observer = make_observation(game)
+                shape = tuple(game.observation_tensor_shape())
+            self._observers[key] = (observer, tuple(int(d) for d in shape))
+        return self._observers[key]
+
+
+
+def visit_targets(roots: list[_Node], num_actions: int) -> np.ndarray:
+    """``[len(roots), num_actions]``: AlphaZero's policy target of each root, its visit counts normalised, with the
+    moves its proofs rule out given no mass.
+
+    A move is ruled out when the mover has a proven better one: with a proven win, only the winning moves keep
+    mass; a move proven lost is dropped while any other move is not proven lost; a proven result below another
+    move's proven result is dropped. Without proofs the target is the visit distribution itself. Kept moves with no
+    visits between them share the mass equally.
+    """
+    targets = np.zeros((len(roots), num_actions), dtype=np.float32)
+    for row, root in enumerate(roots):
+        keep = _unrefuted(root)
+        counts = np.array([root.counts[i] for i in keep], dtype=np.float64)
+        weights = counts / counts.sum() if counts.sum() > 0 else np.full(len(keep), 1.0 / len(keep))
+        targets[row, [root.legal[i] for i in keep]] = weights
+    return targets
+
+
+def _unrefuted(root: _Node) -> list[int]:
+    """The indices (into ``root.legal``) of the moves no proof rules out (``visit_targets``)."""
+    mover = root.player
+    results = [child.solved[mover] if child is not None and child.solved is not None else None
+               for child in root.children]  # fmt: skip
+    game = root.state.get_game()
+    best, worst = game.max_utility(), game.min_utility()
+    proven = [r for r in results if r is not None]
+    guaranteed = max(proven) if proven else -math.inf
+    all_lost = all(r is not None and r <= worst for r in results)
+    return [index for index, result in enumerate(results)
+            if (guaranteed < best if result is None else result >= guaranteed and (result > worst or all_lost))]

@@ -1,0 +1,38 @@
+"""AlphaZero's loss (Silver et al., Science 2018) as a pure function: the policy's cross-entropy to the search's
+visit distribution and the value's squared error to the game's result.
+
+``l = −π_searchᵀ log p + vf_coef · ½ (z − v)²`` per decision, averaged over a minibatch (AlphaZero's own form is
+``(z − v)² − πᵀ log p + c‖θ‖²``; the ½ keeps ``vf_coef`` on PPO's scale, the weight decay is the optimiser's).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def alphazero_loss(
+    logits: torch.Tensor, value: torch.Tensor, search_policy: torch.Tensor, value_target: torch.Tensor, vf_coef: float
+) -> dict[str, torch.Tensor]:
+    """The loss of one minibatch and its parts.
+
+    Shape contract: ``logits`` ``[N, A]`` already masked (illegal actions at the dtype's minimum), ``value`` and
+    ``value_target`` ``[N]``, ``search_policy`` ``[N, A]`` summing to 1 per row with no mass on illegal actions.
+    Returns scalars: ``loss``, ``loss_policy`` (the cross-entropy), ``loss_value`` (½ MSE), ``search_kl``
+    (``KL(π_search ‖ p)``: how far the network is from its search, 0 when it plays what the search plays) and
+    ``entropy`` (of ``p``).
+    """
+    log_p = torch.log_softmax(logits, -1)
+    p = log_p.exp()
+    # 0 · log 0 = 0: rows' zero-target (and illegal) entries must not turn the dtype's minimum into NaN or inf.
+    cross_entropy = -torch.where(search_policy > 0, search_policy * log_p, 0.0).sum(-1)
+    target_entropy = -torch.where(search_policy > 0, search_policy * search_policy.clamp_min(1e-30).log(), 0.0).sum(-1)
+    entropy = -torch.where(p > 0, p * log_p, 0.0).sum(-1)
+    loss_policy = cross_entropy.mean()
+    loss_value = 0.5 * (value - value_target).pow(2).mean()
+    return {
+        "loss": loss_policy + vf_coef * loss_value,
+        "loss_policy": loss_policy,
+        "loss_value": loss_value,
+        "search_kl": (cross_entropy - target_entropy).mean(),
+        "entropy": entropy.mean(),
+    }

@@ -1,0 +1,213 @@
+"""AlphaZero: its loss against a naive per-row reference and its closed-form gradient, the search's policy targets
+against brute-force minimax (proven losing moves get no mass), the root noise against its Dirichlet draw, the acting
+rule (explore, then the most visited), value targets equal to the game's result, and the user's path: a CLI fit
+whose checkpoint a fresh process searches with, plays and exports; one-line refusals."""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("pyspiel")
+
+from rl_lightning import keys  # noqa: E402
+from rl_lightning.algos import AlphaZero  # noqa: E402
+from rl_lightning.algos.alphazero import SEARCH_POLICY, PUCTSearch, visit_targets  # noqa: E402
+from rl_lightning.algos.selfplay_targets import TRAIN_KEY  # noqa: E402
+from rl_lightning.data import OnPolicyDataModule  # noqa: E402
+from rl_lightning.envs import Pendulum  # noqa: E402
+from rl_lightning.envs.games import OpenSpielEnv  # noqa: E402
+from rl_lightning.errors import ConfigError  # noqa: E402
+from rl_lightning.objectives.alphazero import alphazero_loss  # noqa: E402
+from tests.cli_subprocess import ERROR_PREFIX, ROOT, run_cli, run_python  # noqa: E402
+from tests.helpers import trainer  # noqa: E402
+from tests.test_games_search import TTT, ttt_best, ttt_positions, ttt_value  # noqa: E402
+from tests.test_selfplay import Rollouts  # noqa: E402
+
+
+def test_loss_matches_a_naive_per_row_reference_and_its_gradient_is_softmax_minus_target():
+    gen = torch.Generator().manual_seed(0)
+    n, a = 6, 5
+    raw = torch.randn(n, a, generator=gen)
+    mask = torch.rand(n, a, generator=gen) > 0.3
+    mask[:, 0] = True
+    logits = raw.masked_fill(~mask, torch.finfo(raw.dtype).min).requires_grad_(True)
+    target = torch.rand(n, a, generator=gen) * mask
+    target[:, 1] = 0.0  # zero-target entries (legal or not) must contribute nothing, not NaN
+    target[:, 0] += 0.1
+    target = target / target.sum(-1, keepdim=True)
+    value = torch.randn(n, generator=gen, requires_grad=True)
+    z = torch.randn(n, generator=gen)
+    terms = alphazero_loss(logits, value, target, z, vf_coef=0.7)
+    ce, kl, ent, sq = [], [], [], []
+    for row in range(n):
+        legal = [j for j in range(a) if mask[row, j]]
+        norm = math.log(sum(math.exp(raw[row, j].item()) for j in legal))
+        logp = {j: raw[row, j].item() - norm for j in legal}
+        t = {j: target[row, j].item() for j in legal if target[row, j] > 0}
+        ce.append(-sum(t[j] * logp[j] for j in t))
+        kl.append(sum(t[j] * (math.log(t[j]) - logp[j]) for j in t))
+        ent.append(-sum(math.exp(logp[j]) * logp[j] for j in legal))
+        sq.append(0.5 * (value[row].item() - z[row].item()) ** 2)
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    assert terms["loss_policy"].item() == pytest.approx(mean(ce), rel=1e-5)
+    assert terms["search_kl"].item() == pytest.approx(mean(kl), abs=1e-5)
+    assert terms["entropy"].item() == pytest.approx(mean(ent), rel=1e-5)
+    assert terms["loss_value"].item() == pytest.approx(mean(sq), rel=1e-5)
+    assert terms["loss"].item() == pytest.approx(mean(ce) + 0.7 * mean(sq), rel=1e-5)
+    terms["loss"].backward()
+    probs = torch.softmax(logits.detach(), -1)
+    assert torch.allclose(logits.grad, (probs - target) / n, atol=1e-6)  # d CE / d logits, illegal entries 0
+    assert torch.allclose(value.grad, 0.7 * (value.detach() - z) / n, atol=1e-6)
+
+
+def _positions(min_moves: int, count: int, seed: int) -> list:
+    found = [s for s in ttt_positions() if len(s.history()) >= min_moves and len(ttt_best(s)) < len(s.legal_actions())]
+    return random.Random(seed).sample(found, count)
+
+
+def test_targets_give_no_mass_to_moves_minimax_refutes_once_the_search_proves_them():
+    # 300 uniform simulations solve tic-tac-toe from five moves in: the target keeps only minimax-optimal moves.
+    sample = _positions(5, 200, seed=0)
+    roots = PUCTSearch(None, 300, 1.5).search(sample)
+    assert all(root.solved is not None for root in roots)
+    targets = visit_targets(roots, 9)
+    assert np.allclose(targets.sum(-1), 1.0)
+    for state, row in zip(sample, targets, strict=True):
+        support = set(np.flatnonzero(row).tolist())
+        assert support, str(state)
+        assert support <= ttt_best(state), (str(state), support, ttt_best(state))
+
+
+def test_targets_with_few_simulations_drop_only_proven_losses_and_keep_the_visit_shares():
+    sample = _positions(2, 200, seed=1)
+    roots = PUCTSearch(None, 25, 1.5).search(sample)
+    targets = visit_targets(roots, 9)
+    dropped_losses = 0
+    for state, root, row in zip(sample, roots, targets, strict=True):
+        mover = root.player
+        results = [c.solved[mover] if c is not None and c.solved is not None else None for c in root.children]
+        kept = [i for i, a in enumerate(root.legal) if row[a] > 0]
+        for i, action in enumerate(root.legal):
+            if results[i] is not None and results[i] < 0 and any(r is None or r >= 0 for r in results):
+                assert row[action] == 0  # a proven loss beside a move that is not one
+                assert ttt_value((*state.history(), action)) * (1 if mover == 0 else -1) == -1  # truly lost
+                dropped_losses += 1
+        if all(results[i] is None or results[i] == 0 for i in range(len(results))) and not root.solved:
+            counts = np.array([root.counts[i] for i in kept], dtype=float)
+            assert np.allclose(row[[root.legal[i] for i in kept]], counts / counts.sum())
+    assert dropped_losses > 20  # the rule was exercised
+
+
+def test_root_noise_is_the_dirichlet_draw_of_the_given_rng():
+    state = TTT.new_initial_state()
+    prior_only = PUCTSearch(None, 1, 1.5).search([state])[0].prior
+    noisy = PUCTSearch(None, 1, 1.5).search([state], root_noise=(0.5, 0.25, np.random.default_rng(7)))[0].prior
+    eta = np.random.default_rng(7).dirichlet([0.5] * 9)
+    assert np.allclose(noisy, 0.75 * np.array(prior_only) + 0.25 * eta)
+    assert sum(noisy) == pytest.approx(1.0)
+
+
+def _module(**kwargs):
+    env = OpenSpielEnv("open_spiel:tic_tac_toe")
+    return AlphaZero(env.spec, hidden_sizes=(32,), simulations=16, **kwargs)
+
+
+def test_acting_draws_from_the_targets_while_exploring_then_plays_the_most_visited_and_repeats_under_a_seed():
+    module = _module(explore_moves=3)
+    early = [s for s in ttt_positions() if len(s.history()) < 3][:40]
+    late = [s for s in ttt_positions() if len(s.history()) >= 3][:200]
+    out = module.search_and_act(early + late, torch.Generator().manual_seed(0))
+    targets, action = out[SEARCH_POLICY], out[keys.ACTION]
+    assert torch.allclose(targets.sum(-1), torch.ones(len(targets)))
+    assert (targets.gather(1, action[:, None]) > 0).all()  # every move has target mass (legal, not refuted)
+    assert torch.equal(action[len(early):], targets[len(early):].argmax(-1))
+    assert not torch.equal(action[: len(early)], targets[: len(early)].argmax(-1))  # drawn, not the argmax
+    again = module.search_and_act(early + late, torch.Generator().manual_seed(0))
+    assert torch.equal(again[keys.ACTION], action)
+    assert torch.equal(again[SEARCH_POLICY], targets)
+
+
+def test_value_targets_are_each_decisions_game_result_and_the_rollout_carries_the_targets(tmp_path):
+    module = _module(explore_moves=9)
+    dm = OnPolicyDataModule(OpenSpielEnv("open_spiel:tic_tac_toe"), num_envs=4, num_steps=24, total_env_steps=96,
+                            seats={0: "self", 1: "self"})  # fmt: skip
+    rollouts = Rollouts()
+    trainer(tmp_path, callbacks=[rollouts]).fit(module, dm)
+    batch = rollouts.batches[0]
+    assert SEARCH_POLICY in batch
+    seat, reward = batch[keys.SEAT], batch[keys.REWARD]
+    done = batch[keys.TERMINATED] | batch[keys.TRUNCATED]
+    checked = 0
+    for b in range(batch.batch_size[1]):
+        for t in range(batch.batch_size[0]):
+            if not batch[TRAIN_KEY][t, b]:
+                continue
+            end = next((u for u in range(t, batch.batch_size[0]) if done[u, b]), None)
+            if end is None:
+                continue  # a game the rollout cut: its target bootstraps
+            result = reward[end, b, seat[t, b]]  # tic-tac-toe pays only at the end
+            assert batch[keys.RETURN][t, b] == pytest.approx(result.item(), abs=1e-6)
+            checked += 1
+    assert checked > 20
+
+
+def test_cli_fit_then_a_fresh_process_searches_plays_and_exports_the_checkpoint(tmp_path):
+    result = run_cli(["fit", "--config", "configs/alphazero_tictactoe.yaml", "--data.init_args.num_envs", "8",
+                      "--data.init_args.num_steps", "8", "--data.init_args.total_env_steps", "128",
+                      "--model.init_args.simulations", "8", "--trainer.callbacks", "[]",
+                      "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"),
+                      "--trainer.default_root_dir", str(tmp_path)], cwd=ROOT)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    ckpt = sorted((tmp_path / "runs").rglob("*.ckpt"))[-1]
+    script = f"""
+from rl_lightning import load_policy
+from rl_lightning.envs.games import OpenSpielEnv
+from rl_lightning.envs.games.bots.minimax import MinimaxBot
+from rl_lightning.games import play_match
+from rl_lightning.games.search import NetworkMCTS
+search = NetworkMCTS.from_checkpoint({str(ckpt)!r}, simulations=300)
+env = OpenSpielEnv("open_spiel:tic_tac_toe")
+search.check_env(env)
+match = play_match(env, search, MinimaxBot(), num_deals=4, seed=0, duplicate=False, baseline=False)
+print("games", int(match.tested.diagonal(dim1=1, dim2=2).isfinite().sum()))
+print("family", type(load_policy({str(ckpt)!r}).module).__name__)
+"""
+    out = run_python(["-c", script], ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "games 8" in out.stdout, out.stdout  # the searching agent finished every game, in both seats
+    assert "family AlphaZero" in out.stdout, out.stdout
+    exported = run_cli(["export", "--ckpt_path", str(ckpt), "--format", "onnx", "--out", str(tmp_path / "az.onnx")],
+                       tmp_path)  # fmt: skip
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    assert (tmp_path / "az.onnx").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [(["--data.init_args.env.init_args.env_id", "open_spiel:kuhn_poker"], "data.env: .*hides information"),
+     (["--model.init_args.dirichlet_fraction", "1.5"], "model.dirichlet_fraction=1.5"),
+     (["--model.init_args.simulations", "0"], "model.simulations=0")],
+)  # fmt: skip
+def test_cli_refuses_in_one_line_before_any_work(tmp_path, args, says):
+    result = run_cli(["fit", "--config", "configs/alphazero_tictactoe.yaml", "--trainer.callbacks", "[]",
+                      "--trainer.default_root_dir", str(tmp_path),
+                      "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"), *args], cwd=ROOT)  # fmt: skip
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith(ERROR_PREFIX)]
+    assert len(lines) == 1, result.stderr[-1500:]
+    assert re.search(says, lines[0]), lines[0]
+    assert not list((tmp_path / "runs").rglob("*.ckpt"))
+
+
+def test_bad_settings_and_envs_are_refused_in_one_line():
+    with pytest.raises(ConfigError, match="explore_moves"):
+        _module(explore_moves=-1)
+    spec = Pendulum().spec
+    with pytest.raises(ConfigError, match="has box actions"):
+        AlphaZero(spec)
