@@ -211,3 +211,15 @@ def test_bad_settings_and_envs_are_refused_in_one_line():
     spec = Pendulum().spec
     with pytest.raises(ConfigError, match="has box actions"):
         AlphaZero(spec)
+
+
+def test_a_target_temperature_sharpens_the_stored_target_but_not_the_search_or_the_moves():
+    states = [s for s in ttt_positions() if len(s.history()) < 4][:60]
+    base = _module(explore_moves=9)
+    plain = base.search_and_act(states, torch.Generator().manual_seed(3))
+    module = _module(explore_moves=9, target_temperature=0.25)
+    module.load_state_dict(base.state_dict())  # the same network
+    sharp = module.search_and_act(states, torch.Generator().manual_seed(3))
+    assert torch.equal(sharp[keys.ACTION], plain[keys.ACTION])
+    expected = plain[SEARCH_POLICY].pow(4)
+    assert torch.allclose(sharp[SEARCH_POLICY], expected / expected.sum(-1, keepdim=True), atol=1e-6)

@@ -1,7 +1,8 @@
 """Connect Four: the searching agent and the network alone against OpenSpiel's MCTSBot (issue 27).
 
-Trains ``configs/ppo_connect_four_board.yaml`` (PPO self-play, the convolutional board encoder) for at most
-``--train-minutes`` of wall clock, the whole fit (``--trainer.max_time``), unless ``--ckpt`` names a checkpoint;
+Trains ``--config`` (default ``configs/alphazero_connect_four.yaml``: AlphaZero self-play on the convolutional
+board encoder; ``ppo_connect_four_board.yaml``: PPO self-play) for at most ``--train-minutes`` of wall clock, the
+whole fit (``--trainer.max_time``), unless ``--ckpt`` names a checkpoint;
 then plays, seats alternated (half the games in each seat), ``--games`` games each:
 
 * the searching agent: ``NetworkMCTS`` (``rl_lightning.games.search``), PUCT with the network's policy as prior and
@@ -83,22 +84,23 @@ class CopyEveryStep:
         return getattr(self._env, name)
 
 
-def train(minutes: int, workdir: Path, nice: int) -> str:
-    """``rl-lightning fit --config ppo_connect_four_board.yaml`` stopped after ``minutes``; its last.ckpt."""
-    args = ["fit", "--config", str(ROOT / "configs" / "ppo_connect_four_board.yaml"),
+def train(minutes: int, workdir: Path, nice: int, config: str) -> str:
+    """``rl-lightning fit --config CONFIG`` stopped after ``minutes``; its last.ckpt."""
+    args = ["fit", "--config", str(ROOT / "configs" / config),
             "--trainer.max_time", f"00:00:{minutes:02d}:00", "--trainer.logger.init_args.save_dir",
             str(workdir / "runs"), "--trainer.logger.init_args.version", "search_bench",
             "--trainer.enable_progress_bar", "false"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     start = time.perf_counter()
-    with open(workdir / "ppo.log", "w") as log:
+    name = Path(config).stem
+    with open(workdir / f"{name}.log", "w") as log:
         command = ["nice", "-n", str(nice)] if nice else []
         code = subprocess.run([*command, sys.executable, "-m", "rl_lightning.cli", *args], cwd=workdir, stdout=log,
                               stderr=subprocess.STDOUT, env=env, check=False).returncode  # fmt: skip
     if code != 0:
-        raise SystemExit(f"training failed; see {workdir / 'ppo.log'}")
+        raise SystemExit(f"training failed; see {workdir / (name + '.log')}")
     print(f"trained for {time.perf_counter() - start:.0f} s (whole fit): rl-lightning {' '.join(args)}")
-    return str(workdir / "runs" / "ppo_connect_four_board" / "search_bench" / "checkpoints" / "last.ckpt")
+    return str(workdir / "runs" / name / "search_bench" / "checkpoints" / "last.ckpt")
 
 
 def _player(kind: str, ckpt: str, simulations: int, c_puct: float) -> Any:
@@ -191,7 +193,7 @@ def run_matches(args: argparse.Namespace) -> None:
     if not ckpt:
         work = Path(args.workdir).resolve()
         work.mkdir(parents=True, exist_ok=True)
-        ckpt = train(args.train_minutes, work, args.nice)
+        ckpt = train(args.train_minutes, work, args.nice, args.config)
     print(f"checkpoint {ckpt}: {args.games} games per line, seats alternated, against OpenSpiel MCTSBot "
           f"({args.mcts_simulations} simulations, random rollouts, uct_c 2, solver); jobs {args.jobs}; "
           f"machine load {os.getloadavg()[0]:.1f}")  # fmt: skip
@@ -254,8 +256,11 @@ def spo_profile(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ckpt", default="", help="a PPO or SPO Connect Four checkpoint (default: train one)")
+    parser.add_argument("--ckpt", default="", help="an AlphaZero, PPO or SPO Connect Four checkpoint (default: train "
+                        "one)")
     parser.add_argument("--train-minutes", type=int, default=30)
+    parser.add_argument("--config", default="alphazero_connect_four.yaml",
+                        help="the configs/ file trained without --ckpt (ppo_connect_four_board.yaml: PPO self-play)")
     parser.add_argument("--workdir", default="connect_four_search_runs")
     parser.add_argument("--nice", type=int, default=0, help="train under nice -n N (a shared machine)")
     parser.add_argument("--games", type=int, default=400)

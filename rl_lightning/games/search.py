@@ -99,8 +99,7 @@ class NetworkMCTS(PUCTSearch):
             return torch.zeros(0, dtype=torch.int64, device=action_mask.device)
         if self.rollout_weight > 0:
             self._rng = random.Random(int(torch.randint(2**31 - 1, (1,), generator=generator, device=generator.device)))
-        roots = self.search(engine_states)
-        return self._choose(roots, generator).to(action_mask.device)
+        return self.search(engine_states, read=lambda roots: self._choose(roots, generator)).to(action_mask.device)
 
     def _choose(self, roots: list[_Node], generator: torch.Generator) -> torch.Tensor:
         """Each root's move from its visit counts (the class docstring)."""

@@ -156,8 +156,10 @@ class AlphaZero(PPO):
         hp = self.hparams
         seed = int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
         noise = (hp.dirichlet_alpha, hp.dirichlet_fraction, np.random.default_rng(seed))
-        roots = self.search.search(states, noise if hp.dirichlet_fraction > 0 else None)
-        visits = torch.from_numpy(visit_targets(roots, self.env_spec.num_actions))
+        num_actions = self.env_spec.num_actions
+        visits = self.search.search(states, noise if hp.dirichlet_fraction > 0 else None,
+                                    read=lambda roots: visit_targets(roots, num_actions))  # fmt: skip
+        visits = torch.from_numpy(visits)
         drawn = torch.multinomial(visits.to(generator.device), 1, generator=generator).cpu()
         exploring = torch.tensor([state.move_number() < hp.explore_moves for state in states])
         action = torch.where(exploring, drawn.squeeze(-1), visits.argmax(-1))

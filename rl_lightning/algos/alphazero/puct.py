@@ -28,6 +28,7 @@ from __future__ import annotations
 import gc
 import math
 import random
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -176,21 +177,31 @@ class PUCTSearch:
         self._noise: tuple[float, float, np.random.Generator] | None = None
 
     def search(
-        self, engine_states: list[Any], root_noise: tuple[float, float, np.random.Generator] | None = None
-    ) -> list[_Node]:
-        """Grow one tree per state (``simulations`` leaves each); the roots, with their visit statistics.
+        self,
+        engine_states: list[Any],
+        root_noise: tuple[float, float, np.random.Generator] | None = None,
+        read: Callable[[list[_Node]], Any] | None = None,
+    ) -> Any:
+        """Grow one tree per state (``simulations`` leaves each); the roots, with their visit statistics, or
+        ``read(roots)`` when given (what the caller needs of them, read before the trees are freed).
 
         ``root_noise = (alpha, fraction, rng)``: each root's prior becomes ``(1 − fraction)·P + fraction·η``,
         ``η ~ Dirichlet(alpha)`` over its legal actions drawn from ``rng`` (AlphaZero's self-play exploration).
 
         Python's cyclic garbage collector is paused meanwhile: a search allocates many small objects, whose
         collections cost 4x the search itself (measured on Connect Four); the trees hold no cycles, so reference
-        counting frees them.
+        counting frees them. With ``read``, the trees are freed before the collector resumes (a collection that
+        scans live trees cost a Connect Four search of 64 rows 40% more).
         """
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return self._search(engine_states, root_noise)
+            roots = self._search(engine_states, root_noise)
+            if read is None:
+                return roots
+            result = read(roots)
+            del roots
+            return result
         finally:
             if collecting:
                 gc.enable()
