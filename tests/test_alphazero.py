@@ -171,7 +171,7 @@ from rl_lightning.envs.games import OpenSpielEnv
 from rl_lightning.envs.games.bots.minimax import MinimaxBot
 from rl_lightning.games import play_match
 from rl_lightning.games.search import NetworkMCTS
-search = NetworkMCTS.from_checkpoint({str(ckpt)!r}, simulations=300)
+search = NetworkMCTS.from_checkpoint({str(ckpt)!r}, simulations=50)
 env = OpenSpielEnv("open_spiel:tic_tac_toe")
 search.check_env(env)
 match = play_match(env, search, MinimaxBot(), num_deals=4, seed=0, duplicate=False, baseline=False)
@@ -223,3 +223,24 @@ def test_a_target_temperature_sharpens_the_stored_target_but_not_the_search_or_t
     assert torch.equal(sharp[keys.ACTION], plain[keys.ACTION])
     expected = plain[SEARCH_POLICY].pow(4)
     assert torch.allclose(sharp[SEARCH_POLICY], expected / expected.sum(-1, keepdim=True), atol=1e-6)
+
+
+def test_the_update_loss_reads_the_network_through_the_legal_moves_mask():
+    module = _module()
+    states = [s for s in ttt_positions() if len(s.history()) >= 3][:32]
+    obs = torch.tensor([s.observation_tensor(s.current_player()) for s in states]).reshape(len(states), 3, 3, 3)
+    mask = torch.zeros(len(states), 9, dtype=torch.bool)
+    for row, state in enumerate(states):
+        mask[row, state.legal_actions()] = True
+    target = mask.float() / mask.float().sum(-1, keepdim=True)
+    z = torch.linspace(-1, 1, len(states))
+    loss, terms = module.minibatch_loss({keys.OBS: obs, keys.ACTION_MASK: mask, SEARCH_POLICY: target, keys.RETURN: z})
+    raw = module.actor(module.encoder(obs))
+    value = module.critic(module.encoder(obs)).squeeze(-1)
+    ce = []
+    for row in range(len(states)):
+        legal = raw[row, mask[row]]
+        ce.append(-(torch.log_softmax(legal, -1) * target[row, mask[row]]).sum())
+    expected = torch.stack(ce).mean() + 1.0 * 0.5 * (value - z).pow(2).mean()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    assert terms.shape == (5,)
