@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -125,3 +127,17 @@ def check_weights_fit(checkpoint: dict[str, Any], module: nn.Module, source: str
         f"{source}: its weights do not fit the configured model ({detail}); "
         "use the model settings (e.g. model.init_args.hidden_sizes) the checkpoint was trained with"
     )
+
+
+def constructor_args(hparams: Mapping[str, Any], cls: type | None = None) -> dict[str, Any]:
+    """The module's constructor arguments from its ``hparams``, without the CLI's bookkeeping entries.
+
+    Under ``LightningCLI``, ``save_hyperparameters`` also records jsonargparse's ``_class_path`` and
+    ``_instantiator``, which no constructor accepts; every key starting with ``_`` is such an entry. With ``cls``,
+    only the arguments its ``__init__`` takes (``BC`` and ``AlphaZero`` save PPO's whole set beside their own).
+    """
+    args = {k: v for k, v in hparams.items() if not k.startswith("_")}
+    if cls is None:
+        return args
+    accepted = inspect.signature(cls.__init__).parameters
+    return {k: v for k, v in args.items() if k in accepted}

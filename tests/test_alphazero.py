@@ -244,3 +244,15 @@ def test_the_update_loss_reads_the_network_through_the_legal_moves_mask():
     expected = torch.stack(ce).mean() + 1.0 * 0.5 * (value - z).pow(2).mean()
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
     assert terms.shape == (5,)
+
+
+def test_league_snapshots_of_an_alphazero_run_play_its_network(tmp_path):
+    # A snapshot is rebuilt from the module's hyper-parameters, which hold PPO's whole set beside AlphaZero's own.
+    module = _module()
+    dm = OnPolicyDataModule(OpenSpielEnv("open_spiel:tic_tac_toe"), num_envs=4, num_steps=8, total_env_steps=96,
+                            seats={0: "self", 1: "self"},
+                            league={"size": 2, "snapshot_every_n_updates": 1, "share": 1.0})  # fmt: skip
+    rollouts = Rollouts()
+    trainer(tmp_path, callbacks=[rollouts]).fit(module, dm)
+    assert dm.selfplay.league.taken >= 1
+    assert any((batch["player"] != 0).any() for batch in rollouts.batches)  # snapshots played seats

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import importlib
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from rl_lightning.errors import ConfigError
+from rl_lightning.lineage import constructor_args
 
 
 class FailFast(Callback):
@@ -114,15 +114,6 @@ class FailFast(Callback):
         return self._before
 
 
-def constructor_args(hparams: Mapping[str, Any]) -> dict[str, Any]:
-    """The module's constructor arguments from its ``hparams``, without the CLI's bookkeeping entries.
-
-    Under ``LightningCLI``, ``save_hyperparameters`` also records jsonargparse's ``_class_path`` and
-    ``_instantiator``, which no constructor accepts; every key starting with ``_`` is such an entry.
-    """
-    return {k: v for k, v in hparams.items() if not k.startswith("_")}
-
-
 def replay(path: str | Path) -> Any:
     """Replay the failing update of a bundle standalone; returns the module after it (``last_metrics`` set).
 
@@ -134,7 +125,8 @@ def replay(path: str | Path) -> Any:
     if bundle["before"] is None or bundle["batch"] is None:
         raise ConfigError(f"{path}: bundle lacks the pre-update state or the batch; it cannot be replayed")
     module_path, _, name = bundle["module_class"].rpartition(".")
-    module = getattr(importlib.import_module(module_path), name)(**constructor_args(bundle["hparams"]))
+    cls = getattr(importlib.import_module(module_path), name)
+    module = cls(**constructor_args(bundle["hparams"], cls))
     module.load_state_dict(bundle["before"]["weights"])
     optimizer = module.configure_optimizers()
     optimizer.load_state_dict(bundle["before"]["optimizer"])

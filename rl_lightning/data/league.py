@@ -29,6 +29,7 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.errors import ConfigError
+from rl_lightning.lineage import constructor_args
 
 SELF, LEAGUE, RANDOM = "self", "league", "random"
 #: An opponent as the collector calls it: ``(obs, generator) -> action [B]``.
@@ -104,8 +105,7 @@ def check_checkpoint(path: str, seat: int) -> None:
 def frozen_copy(module: Any, state: dict[str, torch.Tensor] | None = None) -> Any:
     """A new module of ``module``'s class and hyper-parameters with ``state`` (default: its current weights),
     in eval mode without gradients: a player that acts but never learns."""
-    hparams = {k: v for k, v in module.hparams.items() if not k.startswith("_")}  # the CLI adds ``_class_path``
-    copy = type(module)(**hparams)
+    copy = type(module)(**constructor_args(module.hparams, type(module)))
     copy.load_state_dict(module.state_dict() if state is None else state)
     copy.requires_grad_(False).eval()
     return copy.to(module.device)
