@@ -17,7 +17,7 @@ pytest.importorskip("pyspiel")
 
 from rl_lightning import keys  # noqa: E402
 from rl_lightning.algos import AlphaZero  # noqa: E402
-from rl_lightning.algos.alphazero import SEARCH_POLICY, PUCTSearch, visit_targets  # noqa: E402
+from rl_lightning.algos.alphazero import SEARCH_POLICY, PUCTSearch, root_values, visit_targets  # noqa: E402
 from rl_lightning.algos.selfplay_targets import TRAIN_KEY  # noqa: E402
 from rl_lightning.data import OnPolicyDataModule  # noqa: E402
 from rl_lightning.envs import Pendulum  # noqa: E402
@@ -104,6 +104,23 @@ def test_targets_with_few_simulations_drop_only_proven_losses_and_keep_the_visit
     assert dropped_losses > 20  # the rule was exercised
 
 
+def test_root_values_are_proven_minimax_values_or_the_visit_weighted_mean():
+    sample = _positions(2, 120, seed=4)
+    roots = PUCTSearch(None, 60, 1.5).search(sample)
+    values = root_values(roots)
+    solved = 0
+    for state, root, value in zip(sample, roots, values, strict=True):
+        sign = 1 if root.player == 0 else -1
+        if root.solved is not None:
+            assert value == sign * ttt_value(tuple(state.history()))
+            solved += 1
+        else:
+            per_move = [root.value_sum[i] / root.counts[i] for i in range(len(root.legal)) if root.counts[i]]
+            weights = [root.counts[i] for i in range(len(root.legal)) if root.counts[i]]
+            assert value == pytest.approx(sum(v * w for v, w in zip(per_move, weights)) / sum(weights), abs=1e-6)
+    assert 0 < solved < len(sample)  # both branches exercised
+
+
 def test_root_noise_is_the_dirichlet_draw_of_the_given_rng():
     state = TTT.new_initial_state()
     prior_only = PUCTSearch(None, 1, 1.5).search([state])[0].prior
@@ -133,8 +150,9 @@ def test_acting_draws_from_the_targets_while_exploring_then_plays_the_most_visit
     assert torch.equal(again[SEARCH_POLICY], targets)
 
 
-def test_value_targets_are_each_decisions_game_result_and_the_rollout_carries_the_targets(tmp_path):
-    module = _module(explore_moves=9)
+@pytest.mark.parametrize("search_weight", [0.0, 0.5])
+def test_value_targets_are_each_decisions_game_result_and_the_rollout_carries_the_targets(tmp_path, search_weight):
+    module = _module(explore_moves=9, value_target_search=search_weight)
     dm = OnPolicyDataModule(OpenSpielEnv("open_spiel:tic_tac_toe"), num_envs=4, num_steps=24, total_env_steps=96,
                             seats={0: "self", 1: "self"})  # fmt: skip
     rollouts = Rollouts()
@@ -151,8 +169,9 @@ def test_value_targets_are_each_decisions_game_result_and_the_rollout_carries_th
             end = next((u for u in range(t, batch.batch_size[0]) if done[u, b]), None)
             if end is None:
                 continue  # a game the rollout cut: its target bootstraps
-            result = reward[end, b, seat[t, b]]  # tic-tac-toe pays only at the end
-            assert batch[keys.RETURN][t, b] == pytest.approx(result.item(), abs=1e-6)
+            result = reward[end, b, seat[t, b]].item()  # tic-tac-toe pays only at the end
+            expected = (1 - search_weight) * result + search_weight * batch[keys.SEARCH_VALUE][t, b].item()
+            assert batch[keys.RETURN][t, b] == pytest.approx(expected, abs=1e-6)
             checked += 1
     assert checked > 20
 

@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from rl_lightning.algos.alphazero.module import SEARCH_POLICY, AlphaZero
-from rl_lightning.algos.alphazero.puct import PUCTSearch, check_searchable, visit_targets
+from rl_lightning.algos.alphazero.puct import PUCTSearch, check_searchable, root_values, visit_targets
 
-__all__ = ["SEARCH_POLICY", "AlphaZero", "PUCTSearch", "check_searchable", "visit_targets"]
+__all__ = ["SEARCH_POLICY", "AlphaZero", "PUCTSearch", "check_searchable", "root_values", "visit_targets"]

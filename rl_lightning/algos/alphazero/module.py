@@ -28,7 +28,7 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning import keys
-from rl_lightning.algos.alphazero.puct import PUCTSearch, check_searchable, visit_targets
+from rl_lightning.algos.alphazero.puct import PUCTSearch, check_searchable, root_values, visit_targets
 from rl_lightning.algos.ppo import PPO, ppo_arguments
 from rl_lightning.envs.base import BatchedEnv, EnvSpec
 from rl_lightning.errors import ConfigError, check_fields
@@ -60,6 +60,9 @@ class AlphaZero(PPO):
         target_temperature: the policy target is the visit distribution raised to ``1 / target_temperature`` and
             renormalised (1: AlphaZero's; below 1 sharper, so the network keeps less mass on moves the search
             rarely visits, which a best response would exploit). The moves are drawn from the plain distribution.
+        value_target_search: the value target is ``(1 − w)·z + w·q``: ``z`` the decision's return, ``q`` the search's
+            value of the position (its root's visit-weighted mean value, or its proven result). 0: AlphaZero's ``z``;
+            above 0 the target is less shaken by the exploratory moves played later in the game.
         init_weights, histograms_every_n_updates: as PPO.
     """
 
@@ -94,6 +97,7 @@ class AlphaZero(PPO):
         dirichlet_fraction: float = 0.25,
         explore_moves: int = 8,
         target_temperature: float = 1.0,
+        value_target_search: float = 0.0,
         init_weights: str | None = None,
         histograms_every_n_updates: int | None = None,
     ) -> None:
@@ -110,6 +114,7 @@ class AlphaZero(PPO):
             ("dirichlet_fraction", 0.0 <= dirichlet_fraction <= 1.0, "use a fraction in [0, 1], e.g. 0.25"),
             ("explore_moves", explore_moves >= 0, "use 0 (always the most visited move) or a number of moves"),
             ("target_temperature", target_temperature > 0, "use a positive temperature, e.g. 1 (AlphaZero) or 0.25"),
+            ("value_target_search", 0.0 <= value_target_search <= 1.0, "use a weight in [0, 1] (0: the result z)"),
         ], self.hparams)  # fmt: skip
         if self.env_spec.action_kind != "discrete" or not self.env_spec.has_action_mask:
             raise ConfigError(f"AlphaZero searches masked discrete moves, but {self.env_spec.name} has "
@@ -157,15 +162,25 @@ class AlphaZero(PPO):
         seed = int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
         noise = (hp.dirichlet_alpha, hp.dirichlet_fraction, np.random.default_rng(seed))
         num_actions = self.env_spec.num_actions
-        visits = self.search.search(states, noise if hp.dirichlet_fraction > 0 else None,
-                                    read=lambda roots: visit_targets(roots, num_actions))  # fmt: skip
+        visits, values = self.search.search(states, noise if hp.dirichlet_fraction > 0 else None,
+                                            read=lambda roots: (visit_targets(roots, num_actions), root_values(roots)))
         visits = torch.from_numpy(visits)
         drawn = torch.multinomial(visits.to(generator.device), 1, generator=generator).cpu()
         exploring = torch.tensor([state.move_number() < hp.explore_moves for state in states])
         action = torch.where(exploring, drawn.squeeze(-1), visits.argmax(-1))
         targets = visits.pow(1.0 / hp.target_temperature)
-        out = {keys.ACTION: action, SEARCH_POLICY: targets / targets.sum(-1, keepdim=True)}
+        out = {keys.ACTION: action, SEARCH_POLICY: targets / targets.sum(-1, keepdim=True),
+               keys.SEARCH_VALUE: torch.from_numpy(values)}  # fmt: skip
         return TensorDict(out, batch_size=batch_size or [len(states)]).to(device)
+
+    @torch.no_grad()
+    def process_rollout(self, batch: TensorDict) -> TensorDict:
+        """PPO's self-play targets; then ``return`` mixed with the search's values (``value_target_search``)."""
+        batch = super().process_rollout(batch)
+        weight = self.hparams.value_target_search
+        if weight > 0:
+            batch[keys.RETURN] = (1.0 - weight) * batch[keys.RETURN] + weight * batch[keys.SEARCH_VALUE]
+        return batch
 
     def minibatch_loss(self, mb: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(loss, terms)`` of one minibatch: AlphaZero's loss (``objectives/alphazero.py``) and its ``TERMS``

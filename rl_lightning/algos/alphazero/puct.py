@@ -327,3 +327,15 @@ def _unrefuted(root: _Node) -> list[int]:
     all_lost = all(r is not None and r <= worst for r in results)
     return [index for index, result in enumerate(results)
             if (guaranteed < best if result is None else result >= guaranteed and (result > worst or all_lost))]
+
+
+def root_values(roots: list[_Node]) -> np.ndarray:
+    """``[len(roots)]``: each root's value for its mover after the search: its proven result where solved, else the
+    visit-weighted mean of its moves' values (the search's estimate of the position; 0 for a root never expanded)."""
+    values = np.zeros(len(roots), dtype=np.float32)
+    for row, root in enumerate(roots):
+        if root.solved is not None:
+            values[row] = root.solved[root.player]
+        elif root.visits:
+            values[row] = sum(root.value_sum) / root.visits
+    return values
