@@ -18,6 +18,8 @@ pytest.importorskip("pyspiel")
 from rl_lightning import keys  # noqa: E402
 from rl_lightning.algos import AlphaZero  # noqa: E402
 from rl_lightning.algos.alphazero import SEARCH_POLICY, PUCTSearch, root_values, visit_targets  # noqa: E402
+from rl_lightning.algos.alphazero.module import TREE_MASK, TREE_OBS, TREE_POLICY, TREE_VALID  # noqa: E402
+from rl_lightning.algos.alphazero.puct import tree_positions  # noqa: E402
 from rl_lightning.algos.selfplay_targets import TRAIN_KEY  # noqa: E402
 from rl_lightning.data import OnPolicyDataModule  # noqa: E402
 from rl_lightning.envs import Pendulum  # noqa: E402
@@ -132,7 +134,7 @@ def test_root_noise_is_the_dirichlet_draw_of_the_given_rng():
 
 def _module(**kwargs):
     env = OpenSpielEnv("open_spiel:tic_tac_toe")
-    return AlphaZero(env.spec, hidden_sizes=(32,), simulations=16, **kwargs)
+    return AlphaZero(env.spec, **{"hidden_sizes": (32,), "simulations": 16, **kwargs})
 
 
 def test_acting_draws_from_the_targets_while_exploring_then_plays_the_most_visited_and_repeats_under_a_seed():
@@ -275,3 +277,58 @@ def test_league_snapshots_of_an_alphazero_run_play_its_network(tmp_path):
     trainer(tmp_path, callbacks=[rollouts]).fit(module, dm)
     assert dm.selfplay.league.taken >= 1
     assert any((batch["player"] != 0).any() for batch in rollouts.batches)  # snapshots played seats
+
+
+def _tree_nodes(root):
+    stack, nodes = [c for c in root.children if c is not None], []
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        stack.extend(c for c in node.children if c is not None)
+    return nodes
+
+
+def test_tree_positions_are_the_solved_then_most_visited_unfinished_positions_of_each_tree():
+    sample = _positions(1, 60, seed=5)
+    roots = PUCTSearch(None, 80, 1.5).search(sample)
+    picked = tree_positions(roots, 5, 6)
+    for root, chosen in zip(roots, picked, strict=True):
+        eligible = [n for n in _tree_nodes(root) if n.legal and n.prior is not None and
+                    (n.solved is not None or n.visits >= 6)]  # fmt: skip
+        keys_of = sorted(((n.solved is not None, n.visits) for n in eligible), reverse=True)[:5]
+        assert [(n.solved is not None, n.visits) for n in chosen] == keys_of
+        assert all(n is not root and not n.state.is_terminal() for n in chosen)
+    solved = [n for chosen in picked for n in chosen if n.solved is not None]
+    for node, row in zip(solved, visit_targets(solved, 9), strict=True):
+        assert set(np.flatnonzero(row).tolist()) <= ttt_best(node.state)  # proofs leave only minimax moves
+    assert len(solved) > 20
+
+
+def test_tree_targets_are_stored_per_decision_and_the_loss_reads_only_the_valid_ones():
+    torch.manual_seed(0)
+    module = _module(simulations=100, tree_targets=6, tree_min_visits=4, explore_moves=0)
+    sample = _positions(1, 40, seed=6)
+    out = module.search_and_act(sample, torch.Generator().manual_seed(0))
+    valid = out[TREE_VALID]
+    assert valid.any(dim=1).sum() >= 10  # a root solved at once (a win in one) grows no tree worth a target
+    checked = 0
+    for row in range(len(sample)):
+        for slot in range(6):
+            if not valid[row, slot]:
+                assert not out[TREE_POLICY][row, slot].any()
+                continue
+            target = out[TREE_POLICY][row, slot]
+            assert target.sum() == pytest.approx(1.0, abs=1e-5)
+            assert not (target > 0)[~out[TREE_MASK][row, slot]].any()  # only legal moves
+            checked += 1
+    assert checked > 40
+    mb = {key: out[key] for key in (TREE_OBS, TREE_MASK, TREE_POLICY, TREE_VALID)}
+    loss = module._tree_loss(mb)
+    logits = module.actor(module.encoder(out[TREE_OBS][valid]))
+    logits = logits.masked_fill(~out[TREE_MASK][valid], float("-inf"))
+    log_p = torch.log_softmax(logits, -1)
+    target = out[TREE_POLICY][valid]
+    naive = -torch.stack([(t[t > 0] * lp[t > 0]).sum() for t, lp in zip(target, log_p, strict=True)]).mean()
+    assert loss.item() == pytest.approx(naive.item(), rel=1e-5)
+    garbage = dict(mb, **{TREE_OBS: torch.where(valid[:, :, None, None, None], mb[TREE_OBS], 7.0)})
+    assert module._tree_loss(garbage).item() == pytest.approx(loss.item(), rel=1e-6)  # invalid slots ignored

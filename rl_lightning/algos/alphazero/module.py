@@ -28,7 +28,13 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning import keys
-from rl_lightning.algos.alphazero.puct import PUCTSearch, check_searchable, root_values, visit_targets
+from rl_lightning.algos.alphazero.puct import (
+    PUCTSearch,
+    check_searchable,
+    root_values,
+    tree_positions,
+    visit_targets,
+)
 from rl_lightning.algos.ppo import PPO, ppo_arguments
 from rl_lightning.envs.base import BatchedEnv, EnvSpec
 from rl_lightning.errors import ConfigError, check_fields
@@ -36,7 +42,9 @@ from rl_lightning.networks import distributions as D
 from rl_lightning.objectives.alphazero import alphazero_loss
 
 SEARCH_POLICY = "search_policy"  # [A] float: the search's visit distribution at a decision (the policy target)
-TERMS = ("loss", "loss_policy", "loss_value", "search_kl", "entropy", "grad_norm")
+# ``tree_targets`` K > 0: K other positions of each decision's search tree, with their own policy targets.
+TREE_OBS, TREE_MASK, TREE_POLICY, TREE_VALID = "tree_obs", "tree_mask", "tree_policy", "tree_valid"
+TERMS = ("loss", "loss_policy", "loss_value", "search_kl", "entropy", "loss_tree", "grad_norm")
 
 
 class AlphaZero(PPO):
@@ -63,11 +71,16 @@ class AlphaZero(PPO):
         value_target_search: the value target is ``(1 − w)·z + w·q``: ``z`` the decision's return, ``q`` the search's
             value of the position (its root's visit-weighted mean value, or its proven result). 0: AlphaZero's ``z``;
             above 0 the target is less shaken by the exploratory moves played later in the game.
+        tree_targets: besides each decision's root, train the policy on up to this many other positions of its
+            search tree (either seat's), each toward its own visit distribution with proven losses removed (the
+            positions a best response would steer into are searched there, though self-play rarely plays them);
+            0: the root only (AlphaZero).
+        tree_min_visits: a tree position qualifies with this many visits, or once solved.
+        tree_coef: the weight of the tree positions' mean cross-entropy in the loss.
         init_weights, histograms_every_n_updates: as PPO.
     """
 
     family = "alphazero"
-    update_keys = (keys.OBS, keys.ACTION, keys.VALUE, keys.RETURN, SEARCH_POLICY)
     term_names = TERMS
 
     def __init__(
@@ -98,6 +111,9 @@ class AlphaZero(PPO):
         explore_moves: int = 8,
         target_temperature: float = 1.0,
         value_target_search: float = 0.0,
+        tree_targets: int = 0,
+        tree_min_visits: int = 8,
+        tree_coef: float = 1.0,
         init_weights: str | None = None,
         histograms_every_n_updates: int | None = None,
     ) -> None:
@@ -115,12 +131,21 @@ class AlphaZero(PPO):
             ("explore_moves", explore_moves >= 0, "use 0 (always the most visited move) or a number of moves"),
             ("target_temperature", target_temperature > 0, "use a positive temperature, e.g. 1 (AlphaZero) or 0.25"),
             ("value_target_search", 0.0 <= value_target_search <= 1.0, "use a weight in [0, 1] (0: the result z)"),
+            ("tree_targets", tree_targets >= 0, "use 0 (the root only) or a number of tree positions, e.g. 4"),
+            ("tree_min_visits", tree_min_visits >= 1, "use a number of visits >= 1, e.g. 8"),
+            ("tree_coef", tree_coef >= 0, "use a weight >= 0, e.g. 1"),
         ], self.hparams)  # fmt: skip
         if self.env_spec.action_kind != "discrete" or not self.env_spec.has_action_mask:
             raise ConfigError(f"AlphaZero searches masked discrete moves, but {self.env_spec.name} has "
                               f"{self.env_spec.action_kind} actions without masks; use a game env")  # fmt: skip
         self._value_when_acting = False  # ``process_rollout`` values the rollout in one batched forward
         self.search = PUCTSearch(self.logits_and_value, simulations, c_puct, field="model.")
+
+    @property
+    def update_keys(self) -> tuple[str, ...]:  # type: ignore[override]
+        """The rollout columns the minibatches carry (the tree positions' too, with ``tree_targets``)."""
+        tree = (TREE_OBS, TREE_MASK, TREE_POLICY, TREE_VALID) if self.hparams.tree_targets else ()
+        return (keys.OBS, keys.ACTION, keys.VALUE, keys.RETURN, SEARCH_POLICY, *tree)
 
     def save_hyperparameters(self, *args: Any, **kwargs: Any) -> None:
         """PPO's ``__init__`` calls this: save PPO's whole argument set and AlphaZero's own (``ppo_arguments``)."""
@@ -161,17 +186,42 @@ class AlphaZero(PPO):
         hp = self.hparams
         seed = int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
         noise = (hp.dirichlet_alpha, hp.dirichlet_fraction, np.random.default_rng(seed))
-        num_actions = self.env_spec.num_actions
-        visits, values = self.search.search(states, noise if hp.dirichlet_fraction > 0 else None,
-                                            read=lambda roots: (visit_targets(roots, num_actions), root_values(roots)))
+        visits, values, tree = self.search.search(states, noise if hp.dirichlet_fraction > 0 else None,
+                                                  read=self._read_roots)
         visits = torch.from_numpy(visits)
         drawn = torch.multinomial(visits.to(generator.device), 1, generator=generator).cpu()
         exploring = torch.tensor([state.move_number() < hp.explore_moves for state in states])
         action = torch.where(exploring, drawn.squeeze(-1), visits.argmax(-1))
-        targets = visits.pow(1.0 / hp.target_temperature)
-        out = {keys.ACTION: action, SEARCH_POLICY: targets / targets.sum(-1, keepdim=True),
-               keys.SEARCH_VALUE: torch.from_numpy(values)}  # fmt: skip
+        out = {keys.ACTION: action, SEARCH_POLICY: self._sharpened(visits), keys.SEARCH_VALUE: torch.from_numpy(values),
+               **tree}  # fmt: skip
         return TensorDict(out, batch_size=batch_size or [len(states)]).to(device)
+
+    def _sharpened(self, visits: torch.Tensor) -> torch.Tensor:
+        """The policy target: the visit distribution raised to ``1 / target_temperature``, renormalised."""
+        targets = visits.pow(1.0 / self.hparams.target_temperature)
+        return targets / targets.sum(-1, keepdim=True).clamp_min(1e-30)
+
+    def _read_roots(self, roots: list[Any]) -> tuple[np.ndarray, np.ndarray, dict[str, torch.Tensor]]:
+        """What a decision keeps of its search: the roots' visit targets and values, and ``tree_targets`` other
+        positions per root (observation, mask, sharpened target; ``tree_valid`` False where a tree had fewer)."""
+        hp, num_actions = self.hparams, self.env_spec.num_actions
+        tree: dict[str, torch.Tensor] = {}
+        if hp.tree_targets:
+            k, rows = hp.tree_targets, len(roots)
+            tree = {TREE_OBS: torch.zeros(rows, k, *self.env_spec.obs_shape),
+                    TREE_MASK: torch.ones(rows, k, num_actions, dtype=torch.bool),
+                    TREE_POLICY: torch.zeros(rows, k, num_actions), TREE_VALID: torch.zeros(rows, k, dtype=torch.bool)}
+            picked = tree_positions(roots, k, hp.tree_min_visits)
+            nodes = [node for row in picked for node in row]
+            if nodes:
+                at = [(row, slot) for row, found in enumerate(picked) for slot in range(len(found))]
+                index = tuple(torch.tensor(axis) for axis in zip(*at, strict=True))
+                obs, mask = self.search.observe(nodes)
+                tree[TREE_OBS][index] = obs
+                tree[TREE_MASK][index] = mask
+                tree[TREE_POLICY][index] = self._sharpened(torch.from_numpy(visit_targets(nodes, num_actions)))
+                tree[TREE_VALID][index] = True
+        return visit_targets(roots, num_actions), root_values(roots), tree
 
     @torch.no_grad()
     def process_rollout(self, batch: TensorDict) -> TensorDict:
@@ -193,4 +243,16 @@ class AlphaZero(PPO):
         logits = D.masked_logits(self.actor(features), mb.get(keys.ACTION_MASK))
         value = self.critic(critic_features).squeeze(-1)
         terms = alphazero_loss(logits, value, mb[SEARCH_POLICY], mb[keys.RETURN], self.hparams.vf_coef)
-        return terms["loss"], torch.stack([terms[name] for name in TERMS[:-1]]).detach()
+        terms["loss_tree"] = self._tree_loss(mb) if self.hparams.tree_targets else torch.zeros_like(terms["loss"])
+        loss = terms["loss"] + self.hparams.tree_coef * terms["loss_tree"]
+        return loss, torch.stack([terms[name] for name in TERMS[:-1]]).detach()
+
+    def _tree_loss(self, mb: dict[str, Any]) -> torch.Tensor:
+        """The mean cross-entropy of the policy to the tree positions' targets, over the valid ones."""
+        obs = mb[TREE_OBS].flatten(0, 1)
+        logits = D.masked_logits(self.actor(self.encoder(obs)), mb[TREE_MASK].flatten(0, 1))
+        log_p = torch.log_softmax(logits, -1)
+        target = mb[TREE_POLICY].flatten(0, 1)
+        cross_entropy = -torch.where(target > 0, target * log_p, 0.0).sum(-1)
+        valid = mb[TREE_VALID].flatten().to(cross_entropy.dtype)
+        return (cross_entropy * valid).sum() / valid.sum().clamp_min(1.0)

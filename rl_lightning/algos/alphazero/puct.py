@@ -242,7 +242,7 @@ class PUCTSearch:
             values = [0.0] * len(leaves)
             priors = [[1.0 / len(node.legal)] * len(node.legal) for node in leaves]
         else:
-            obs, mask = self._observe(leaves)
+            obs, mask = self.observe(leaves)
             logits, value = self.evaluator(obs, mask)
             probs = torch.softmax(logits.float(), -1).cpu().numpy().astype(np.float64)
             values = value.float().cpu().tolist()
@@ -266,7 +266,7 @@ class PUCTSearch:
             state.apply_action(choice(state.legal_actions()))
         return state.returns()
 
-    def _observe(self, leaves: list[_Node]) -> tuple[torch.Tensor, torch.Tensor]:
+    def observe(self, leaves: list[_Node]) -> tuple[torch.Tensor, torch.Tensor]:
         """The acting seat's observation and legal-action mask of each leaf, as the env would give them."""
         observer, shape = self._observer(leaves[0].state.get_game())
         obs = np.empty((len(leaves), *shape), dtype=np.float32)
@@ -339,3 +339,20 @@ def root_values(roots: list[_Node]) -> np.ndarray:
         elif root.visits:
             values[row] = sum(root.value_sum) / root.visits
     return values
+
+
+def tree_positions(roots: list[_Node], count: int, min_visits: int) -> list[list[_Node]]:
+    """Per root, up to ``count`` other positions of its tree worth a policy target: not finished, evaluated, and
+    either searched at least ``min_visits`` times or solved (whose proofs alone rule moves out); solved ones first,
+    then the most visited. Both seats' positions: the opponent's replies train the same network."""
+    picked = []
+    for root in roots:
+        found, stack = [], [child for child in root.children if child is not None]
+        while stack:
+            node = stack.pop()
+            if node.legal and node.prior is not None and (node.solved is not None or node.visits >= min_visits):
+                found.append(node)
+            stack.extend(child for child in node.children if child is not None)
+        found.sort(key=lambda node: (node.solved is not None, node.visits), reverse=True)
+        picked.append(found[:count])
+    return picked
