@@ -265,7 +265,7 @@ def main() -> None:
     parser.add_argument("--nice", type=int, default=0, help="train under nice -n N (a shared machine)")
     parser.add_argument("--games", type=int, default=400)
     parser.add_argument("--simulations", type=int, default=800, help="NetworkMCTS simulations per move")
-    parser.add_argument("--c-puct", type=float, default=3.0)
+    parser.add_argument("--c-puct", type=float, default=1.5, help="PUCT constant (the PPO board network: 3)")
     parser.add_argument("--mcts-simulations", type=int, default=100)
     parser.add_argument("--jobs", type=int, default=1, help="processes playing the games (1 torch thread each)")
     parser.add_argument("--seed", type=int, default=0)
