@@ -213,7 +213,8 @@ print("family", type(load_policy({str(ckpt)!r}).module).__name__)
     ("args", "says"),
     [(["--data.init_args.env.init_args.env_id", "open_spiel:kuhn_poker"], "data.env: .*hides information"),
      (["--model.init_args.dirichlet_fraction", "1.5"], "model.dirichlet_fraction=1.5"),
-     (["--model.init_args.simulations", "0"], "model.simulations=0")],
+     (["--model.init_args.simulations", "0"], "model.simulations=0"),
+     (["--data.init_args.compile", "true"], "data.compile=true steps with the network alone")],
 )  # fmt: skip
 def test_cli_refuses_in_one_line_before_any_work(tmp_path, args, says):
     result = run_cli(["fit", "--config", "configs/alphazero_tictactoe.yaml", "--trainer.callbacks", "[]",

@@ -164,6 +164,9 @@ class AlphaZero(PPO):
         """PPO's rollout arithmetic, and the env must be one the search can play (one line, before any work)."""
         super().check_config(datamodule)
         self.search._observation = check_searchable(datamodule.env, "data.env", "AlphaZero")
+        if getattr(datamodule, "compile", False):  # the fused step acts with the network alone
+            raise ConfigError("data.compile=true steps with the network alone, but AlphaZero acts by its tree "
+                              "search; set data.compile: false")  # fmt: skip
 
     def acting_policy(self, env: BatchedEnv, deterministic: bool = False, training: bool = True) -> Any:
         """Collecting: the search of every row from its engine state (the module docstring). Evaluating: the
