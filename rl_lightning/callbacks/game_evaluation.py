@@ -50,7 +50,8 @@ class GameEvaluation(Callback):
     logs ``eval/exploitability`` and ``eval/nash_conv`` of the policy's action distribution (sampled, whatever
     ``deterministic`` says for the matches), by OpenSpiel's best
     response over every information state (``rl_lightning.games.exploitability``), and ``eval/exploitability_s``,
-    its wall time.
+    its wall time. With ``search_simulations`` too, ``eval/search_exploitability`` and ``eval/search_nash_conv`` are
+    those of the searching agent (``NetworkMCTS``'s move at every position: perfect-information games only).
 
     Args:
         every_n_updates: evaluate after every this many learner updates.
@@ -227,6 +228,9 @@ class GameEvaluation(Callback):
         pl_module.eval()
         try:
             values = self._table.evaluate(pl_module)  # the action distribution, whatever the matches play
+            if self.search_simulations:  # the agent as it plays: its search's move at every position
+                probabilities = self._table.search_probabilities(NetworkMCTS(pl_module, self.search_simulations))
+                values.update({f"search_{k}": v for k, v in self._table.nash_conv(probabilities).items()})
         finally:
             pl_module.train(was_training)
         values["exploitability_s"] = time.perf_counter() - start
