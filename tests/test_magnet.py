@@ -88,6 +88,8 @@ def test_schedules() -> None:
     ({"kind": "ema", "ema_start_env_steps": 1.5}, r"ema_start_env_steps=1.5: expected a int"),
     ({"kind": "initial", "ema_coef": 0.5}, r"model.magnet.ema_coef=0.5: ema_coef needs kind: ema"),
     ({"kind": "ema", "ema_coef": -0.1}, r"model.magnet.ema_coef=-0.1: use a weight >= 0, or null"),
+    ({"ema_final_tau": 0.01}, r"model.magnet.ema_final_tau=0.01: a decaying EMA rate needs kind: ema"),
+    ({"kind": "ema", "ema_final_tau": 0.0}, r"ema_final_tau=0.0: use a rate in \(0, 1\], or null"),
 ])  # fmt: skip
 def test_bad_settings_are_refused_in_one_line(spec: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as err:
@@ -268,3 +270,25 @@ def test_a_late_ema_magnet_runs_in_a_fit(tmp_path: Path) -> None:
     module, datamodule = _selfplay({"kind": "ema", "ema_tau": 0.5, "ema_start_env_steps": 64, "ema_coef": 0.2})
     trainer(tmp_path, []).fit(module, datamodule)  # updates at 32, 64, 96 env steps: the EMA starts at the second
     assert bool(module.magnet.ema_started) and module.magnet.coef == 0.2
+
+
+def test_a_decaying_ema_rate_follows_a_hand_written_geometric_rate() -> None:
+    """``ema_tau`` 0.5 -> ``ema_final_tau`` 0.05 over 100 env steps: the rate at s env steps is 0.5 · 0.1^(s/100),
+    held at 0.05 after; an EMA from the start (no copy)."""
+    module = _selfplay({"kind": "ema", "ema_tau": 0.5, "ema_final_tau": 0.05, "decay_env_steps": 100})[0]
+    gen = torch.Generator().manual_seed(2)
+    reference = {k: v.clone() for k, v in module.magnet.state_dict().items()}
+    for env_steps in (25, 50, 100, 150):
+        _nudge(module, gen)
+        module.magnet.before_update(_at(module, env_steps))
+        rate = 0.5 * 0.1 ** (min(env_steps, 100) / 100)
+        weights = {f"{net}__{n.replace('.', '__')}": p.detach()
+                   for net in ("encoder", "actor") for n, p in getattr(module, net).named_parameters()}  # fmt: skip
+        reference = {k: r + rate * (weights[k] - r) for k, r in reference.items()}
+        for key, value in reference.items():
+            torch.testing.assert_close(module.magnet.state_dict()[key], value)
+    assert module.magnet.coef == 0.05  # the weight is the default constant one
+    module, _ = _selfplay({"kind": "ema", "ema_final_tau": 0.05})
+    with pytest.raises(ConfigError, match="model.magnet.ema_final_tau decays over"):
+        module.magnet.before_update(SimpleNamespace(encoder=module.encoder, actor=module.actor, env_steps=1,
+                                                    total_env_steps=None))  # fmt: skip

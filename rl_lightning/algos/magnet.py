@@ -9,6 +9,8 @@ An ``ema`` magnet may start late: with ``ema_start_env_steps`` the magnet is uni
 copies the policy's weights at that update and moves as an EMA from there (a two-phase magnet: the annealed uniform
 magnet descends fast toward a regularised equilibrium; the moving magnet's fixed point is the equilibrium itself, as
 the "magnet update" of Sokota et al.), with the weight ``ema_coef`` from then on (``null``: the schedule's weight).
+``ema_final_tau`` slows the EMA as the run goes: its rate falls geometrically from ``ema_tau`` to ``ema_final_tau``
+over the weight's decay (``decay_env_steps``, or ``data.total_env_steps``), then stays there.
 The magnet's weights (and whether a late EMA has started) are buffers: checkpointed with the module (a resumed EMA
 continues), never optimised.
 """
@@ -27,17 +29,17 @@ from rl_lightning.objectives.magnet import SCHEDULES, magnet_kl, magnet_weight
 
 MAGNETS = ("uniform", "ema", "initial")
 _FIELDS = {"kind": str, "coef": float, "schedule": str, "final_coef": float, "decay_env_steps": int, "ema_tau": float,
-           "ema_start_env_steps": int, "ema_coef": float}
+           "ema_start_env_steps": int, "ema_coef": float, "ema_final_tau": float}
 _NETS = ("encoder", "actor")  # what the magnet copies: the policy's path from observation to logits
 
 
 def magnet_settings(spec: str | dict[str, Any]) -> dict[str, Any]:
     """``model.magnet`` checked: a magnet name (``initial``) or ``{kind, coef, schedule, final_coef,
-    decay_env_steps, ema_tau, ema_start_env_steps, ema_coef}``; defaults filled in. One-line ``ConfigError`` naming
+    decay_env_steps, ema_tau, ema_start_env_steps, ema_coef, ema_final_tau}``; defaults filled in. One-line ``ConfigError`` naming
     the bad field."""
     settings: dict[str, Any] = {"kind": "uniform", "coef": 0.05, "schedule": "constant", "final_coef": 0.0,
                                 "decay_env_steps": None, "ema_tau": 0.01, "ema_start_env_steps": None,
-                                "ema_coef": None}  # fmt: skip
+                                "ema_coef": None, "ema_final_tau": None}  # fmt: skip
     given = {"kind": spec} if isinstance(spec, str) else dict(spec)
     for key, value in given.items():
         if key not in _FIELDS:
@@ -61,6 +63,10 @@ def magnet_settings(spec: str | dict[str, Any]) -> dict[str, Any]:
          "use a number of env steps >= 0, or null for an EMA from the start"),
         ("ema_coef", settings["ema_coef"] is None or settings["kind"] == "ema", "ema_coef needs kind: ema; drop it"),
         ("ema_coef", settings["ema_coef"] is None or settings["ema_coef"] >= 0, "use a weight >= 0, or null"),
+        ("ema_final_tau", settings["ema_final_tau"] is None or settings["kind"] == "ema",
+         "a decaying EMA rate needs kind: ema; drop it"),
+        ("ema_final_tau", settings["ema_final_tau"] is None or 0 < settings["ema_final_tau"] <= 1,
+         "use a rate in (0, 1], or null for a constant ema_tau"),
     ]  # fmt: skip
     for field, ok, fix in checks:
         if not ok:
@@ -134,23 +140,31 @@ class Magnet(nn.Module):
     def before_update(self, module: Any) -> None:
         """Move an ``ema`` magnet toward the current weights (a late one: copy them at its first update) and set
         this update's weight from the env steps."""
-        if self.settings["kind"] == "ema":
-            self._ema_step(module)
         decay = self.settings["decay_env_steps"] or module.total_env_steps
         if self.settings["schedule"] != "constant" and not decay:
             schedule = self.settings["schedule"]
             raise ConfigError(f"model.magnet.schedule={schedule!r} decays over model.magnet.decay_env_steps or "
                               "data.total_env_steps, and neither is set; set one")  # fmt: skip
+        if self.settings["ema_final_tau"] is not None and not decay:
+            raise ConfigError("model.magnet.ema_final_tau decays over model.magnet.decay_env_steps or "
+                              "data.total_env_steps, and neither is set; set one")  # fmt: skip
         progress = module.env_steps / decay if decay else 0.0
         s = self.settings
+        if s["kind"] == "ema":
+            self._ema_step(module, self._tau(progress))
         self.coef = magnet_weight(s["schedule"], s["coef"], s["final_coef"], progress)
         if s["ema_coef"] is not None and not self._uniform_now():
             self.coef = s["ema_coef"]
 
-    def _ema_step(self, module: Any) -> None:
-        """``θ_ρ ← θ_ρ + ema_tau · (θ − θ_ρ)``; a late EMA copies ``θ`` at its first update (env steps counted
+    def _tau(self, progress: float) -> float:
+        """The EMA rate after ``progress`` of the decay: ``ema_tau``, or geometric toward ``ema_final_tau``."""
+        tau, final = self.settings["ema_tau"], self.settings["ema_final_tau"]
+        return tau if final is None else magnet_weight("exponential", tau, final, progress)
+
+    def _ema_step(self, module: Any, tau: float) -> None:
+        """``θ_ρ ← θ_ρ + tau · (θ − θ_ρ)``; a late EMA copies ``θ`` at its first update (env steps counted
         with this update's rollout) and is left alone before it."""
-        rate: float | None = self.settings["ema_tau"]
+        rate: float | None = tau
         if hasattr(self, "ema_started"):
             self._late_uniform = not bool(self.ema_started)  # after a resume: the checkpoint's state
         if self._late_uniform:
