@@ -233,14 +233,16 @@ def test_a_late_ema_magnet_is_uniform_then_copies_the_policy_then_follows_a_hand
                    for net in ("encoder", "actor") for n, p in getattr(module, net).named_parameters()}  # fmt: skip
         if env_steps < 40:  # uniform on the schedule: untouched buffers, no magnet logits
             assert all(torch.equal(magnet.state_dict()[k], v) for k, v in start.items())
-            assert magnet.magnet_logits(module, obs) is None and not bool(magnet.ema_started)
+            assert magnet.magnet_logits(module, obs) is None
+            assert not bool(magnet.ema_started)
             assert magnet.coef == pytest.approx(1.0 - env_steps / 100)
             continue
         # from the start on: the first update copies the weights, then θ_ρ ← θ_ρ + τ (θ − θ_ρ), weight ema_coef
         reference = weights if not reference else {k: r + 0.25 * (weights[k] - r) for k, r in reference.items()}
         for key, value in reference.items():
             torch.testing.assert_close(magnet.state_dict()[key], value)
-        assert bool(magnet.ema_started) and magnet.coef == 0.3
+        assert bool(magnet.ema_started)
+        assert magnet.coef == 0.3
         assert magnet.magnet_logits(module, obs) is not None
 
 
@@ -269,7 +271,8 @@ def test_a_late_ema_magnets_state_is_checkpointed_and_a_resume_continues_it() ->
 def test_a_late_ema_magnet_runs_in_a_fit(tmp_path: Path) -> None:
     module, datamodule = _selfplay({"kind": "ema", "ema_tau": 0.5, "ema_start_env_steps": 64, "ema_coef": 0.2})
     trainer(tmp_path, []).fit(module, datamodule)  # updates at 32, 64, 96 env steps: the EMA starts at the second
-    assert bool(module.magnet.ema_started) and module.magnet.coef == 0.2
+    assert bool(module.magnet.ema_started)
+    assert module.magnet.coef == 0.2
 
 
 def test_a_decaying_ema_rate_follows_a_hand_written_geometric_rate() -> None:

@@ -29,14 +29,14 @@ from rl_lightning.objectives.magnet import SCHEDULES, magnet_kl, magnet_weight
 
 MAGNETS = ("uniform", "ema", "initial")
 _FIELDS = {"kind": str, "coef": float, "schedule": str, "final_coef": float, "decay_env_steps": int, "ema_tau": float,
-           "ema_start_env_steps": int, "ema_coef": float, "ema_final_tau": float}
+           "ema_start_env_steps": int, "ema_coef": float, "ema_final_tau": float}  # fmt: skip
 _NETS = ("encoder", "actor")  # what the magnet copies: the policy's path from observation to logits
 
 
 def magnet_settings(spec: str | dict[str, Any]) -> dict[str, Any]:
     """``model.magnet`` checked: a magnet name (``initial``) or ``{kind, coef, schedule, final_coef,
-    decay_env_steps, ema_tau, ema_start_env_steps, ema_coef, ema_final_tau}``; defaults filled in. One-line ``ConfigError`` naming
-    the bad field."""
+    decay_env_steps, ema_tau, ema_start_env_steps, ema_coef, ema_final_tau}``; defaults filled in. One-line
+    ``ConfigError`` naming the bad field."""
     settings: dict[str, Any] = {"kind": "uniform", "coef": 0.05, "schedule": "constant", "final_coef": 0.0,
                                 "decay_env_steps": None, "ema_tau": 0.01, "ema_start_env_steps": None,
                                 "ema_coef": None, "ema_final_tau": None}  # fmt: skip
