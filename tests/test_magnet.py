@@ -90,6 +90,8 @@ def test_schedules() -> None:
     ({"kind": "ema", "ema_coef": -0.1}, r"model.magnet.ema_coef=-0.1: use a weight >= 0, or null"),
     ({"ema_final_tau": 0.01}, r"model.magnet.ema_final_tau=0.01: a decaying EMA rate needs kind: ema"),
     ({"kind": "ema", "ema_final_tau": 0.0}, r"ema_final_tau=0.0: use a rate in \(0, 1\], or null"),
+    ({"reset_env_steps": 10}, r"model.magnet.reset_env_steps=10: a magnet reset needs kind: ema; drop it"),
+    ({"kind": "ema", "reset_env_steps": 0}, r"reset_env_steps=0: use a positive number of env steps, or null"),
 ])  # fmt: skip
 def test_bad_settings_are_refused_in_one_line(spec: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as err:
@@ -295,3 +297,30 @@ def test_a_decaying_ema_rate_follows_a_hand_written_geometric_rate() -> None:
     with pytest.raises(ConfigError, match="model.magnet.ema_final_tau decays over"):
         module.magnet.before_update(SimpleNamespace(encoder=module.encoder, actor=module.actor, env_steps=1,
                                                     total_env_steps=None))  # fmt: skip
+
+
+def _weights_now(module: PPO) -> dict[str, torch.Tensor]:
+    return {f"{net}__{n.replace('.', '__')}": p.detach().clone()
+            for net in ("encoder", "actor") for n, p in getattr(module, net).named_parameters()}  # fmt: skip
+
+
+def test_a_reset_magnet_is_a_frozen_copy_recopied_every_reset_env_steps_and_resumes() -> None:
+    """``reset_env_steps`` 40: copies at 40 and 80 env steps (the first update 40 or more past the last copy), frozen
+    between; a twin loaded from the state dict at 60 re-copies at 80, not at 60."""
+    module, gen = _selfplay({"kind": "ema", "reset_env_steps": 40})[0], torch.Generator().manual_seed(3)
+    reference = {k: v.clone() for k, v in module.magnet.state_dict().items() if k != "reset_at"}
+    twin = None
+    for env_steps in (20, 40, 60, 70, 80, 100):
+        _nudge(module, gen)
+        if env_steps == 60:
+            twin = _selfplay({"kind": "ema", "reset_env_steps": 40})[0]
+            twin.load_state_dict(module.state_dict())
+        module.magnet.before_update(_at(module, env_steps))
+        if env_steps in (40, 80):
+            reference = _weights_now(module)
+        for key, value in reference.items():
+            assert torch.equal(module.magnet.state_dict()[key], value), (env_steps, key)
+    assert twin is not None
+    twin.load_state_dict({k: v for k, v in module.state_dict().items() if not k.startswith("magnet.")}, strict=False)
+    twin.magnet.before_update(_at(twin, 70))  # 30 past its saved copy at 40: stays frozen
+    assert not torch.equal(twin.magnet.state_dict()["actor__0__weight"], module.actor[0].weight.detach())

@@ -10,7 +10,9 @@ copies the policy's weights at that update and moves as an EMA from there (a two
 magnet descends fast toward a regularised equilibrium; the moving magnet's fixed point is the equilibrium itself, as
 the "magnet update" of Sokota et al.), with the weight ``ema_coef`` from then on (``null``: the schedule's weight).
 ``ema_final_tau`` slows the EMA as the run goes: its rate falls geometrically from ``ema_tau`` to ``ema_final_tau``
-over the weight's decay (``decay_env_steps``, or ``data.total_env_steps``), then stays there.
+over the weight's decay (``decay_env_steps``, or ``data.total_env_steps``), then stays there. ``reset_env_steps``
+replaces the EMA by Sokota et al.'s magnet reset: the magnet is a frozen copy of the policy, re-copied whenever that
+many env steps have passed since the last copy (a proximal point in policy space, no averaging of weights).
 The magnet's weights (and whether a late EMA has started) are buffers: checkpointed with the module (a resumed EMA
 continues), never optimised.
 """
@@ -29,17 +31,17 @@ from rl_lightning.objectives.magnet import SCHEDULES, magnet_kl, magnet_weight
 
 MAGNETS = ("uniform", "ema", "initial")
 _FIELDS = {"kind": str, "coef": float, "schedule": str, "final_coef": float, "decay_env_steps": int, "ema_tau": float,
-           "ema_start_env_steps": int, "ema_coef": float, "ema_final_tau": float}  # fmt: skip
+           "ema_start_env_steps": int, "ema_coef": float, "ema_final_tau": float, "reset_env_steps": int}  # fmt: skip
 _NETS = ("encoder", "actor")  # what the magnet copies: the policy's path from observation to logits
 
 
 def magnet_settings(spec: str | dict[str, Any]) -> dict[str, Any]:
     """``model.magnet`` checked: a magnet name (``initial``) or ``{kind, coef, schedule, final_coef,
-    decay_env_steps, ema_tau, ema_start_env_steps, ema_coef, ema_final_tau}``; defaults filled in. One-line
-    ``ConfigError`` naming the bad field."""
+    decay_env_steps, ema_tau, ema_start_env_steps, ema_coef, ema_final_tau, reset_env_steps}``; defaults filled
+    in. One-line ``ConfigError`` naming the bad field."""
     settings: dict[str, Any] = {"kind": "uniform", "coef": 0.05, "schedule": "constant", "final_coef": 0.0,
                                 "decay_env_steps": None, "ema_tau": 0.01, "ema_start_env_steps": None,
-                                "ema_coef": None, "ema_final_tau": None}  # fmt: skip
+                                "ema_coef": None, "ema_final_tau": None, "reset_env_steps": None}  # fmt: skip
     given = {"kind": spec} if isinstance(spec, str) else dict(spec)
     for key, value in given.items():
         if key not in _FIELDS:
@@ -67,6 +69,10 @@ def magnet_settings(spec: str | dict[str, Any]) -> dict[str, Any]:
          "a decaying EMA rate needs kind: ema; drop it"),
         ("ema_final_tau", settings["ema_final_tau"] is None or 0 < settings["ema_final_tau"] <= 1,
          "use a rate in (0, 1], or null for a constant ema_tau"),
+        ("reset_env_steps", settings["reset_env_steps"] is None or settings["kind"] == "ema",
+         "a magnet reset needs kind: ema; drop it"),
+        ("reset_env_steps", settings["reset_env_steps"] is None or settings["reset_env_steps"] > 0,
+         "use a positive number of env steps, or null for an EMA"),
     ]  # fmt: skip
     for field, ok, fix in checks:
         if not ok:
@@ -101,6 +107,8 @@ class Magnet(nn.Module):
         if self.settings["ema_start_env_steps"] is not None:  # uniform until the EMA starts; saved with the weights
             self.register_buffer("ema_started", torch.tensor(False))
         self._late_uniform = self.settings["ema_start_env_steps"] is not None  # mirrors ``ema_started``, per update
+        if self.settings["reset_env_steps"] is not None:  # env steps at the last copy; saved with the weights
+            self.register_buffer("reset_at", torch.tensor(0, dtype=torch.long))
         self.coef = self.settings["coef"]
         self._kl_sum: torch.Tensor | None = None
         self._steps = 0
@@ -173,6 +181,12 @@ class Magnet(nn.Module):
             self.ema_started.fill_(True)
             self._late_uniform = False
             rate = None  # start from the current policy: a copy
+        elif self.settings["reset_env_steps"] is not None:  # a frozen copy until the next reset
+            if module.env_steps - int(self.reset_at) < self.settings["reset_env_steps"]:
+                return
+            rate = None
+        if hasattr(self, "reset_at"):
+            self.reset_at.fill_(module.env_steps)
         for net in _NETS:
             params = dict(getattr(module, net).named_parameters())
             weights = self._weights(net)
