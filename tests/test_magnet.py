@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -82,6 +83,15 @@ def test_schedules() -> None:
     ({"coef": -1.0}, r"model.magnet.coef=-1.0: use a weight >= 0"),
     ({"coef": "big"}, r"model.magnet.coef='big': expected a float"),
     ({"kind": "ema", "ema_tau": 0.0}, r"ema_tau=0.0: use a rate in \(0, 1\]"),
+    ({"ema_start_env_steps": 100}, r"model.magnet.ema_start_env_steps=100: a late start needs kind: ema; drop it"),
+    ({"kind": "ema", "ema_start_env_steps": -1}, r"ema_start_env_steps=-1: use a number of env steps >= 0"),
+    ({"kind": "ema", "ema_start_env_steps": 1.5}, r"ema_start_env_steps=1.5: expected a int"),
+    ({"kind": "initial", "ema_coef": 0.5}, r"model.magnet.ema_coef=0.5: ema_coef needs kind: ema"),
+    ({"kind": "ema", "ema_coef": -0.1}, r"model.magnet.ema_coef=-0.1: use a weight >= 0, or null"),
+    ({"ema_final_tau": 0.01}, r"model.magnet.ema_final_tau=0.01: a decaying EMA rate needs kind: ema"),
+    ({"kind": "ema", "ema_final_tau": 0.0}, r"ema_final_tau=0.0: use a rate in \(0, 1\], or null"),
+    ({"reset_env_steps": 10}, r"model.magnet.reset_env_steps=10: a magnet reset needs kind: ema; drop it"),
+    ({"kind": "ema", "reset_env_steps": 0}, r"reset_env_steps=0: use a positive number of env steps, or null"),
 ])  # fmt: skip
 def test_bad_settings_are_refused_in_one_line(spec: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as err:
@@ -192,3 +202,125 @@ def test_a_magnet_runs_checkpoint_starts_a_run_with_or_without_a_magnet(tmp_path
         assert torch.equal(dict(started.actor.named_parameters())[name], param)
         if magnet is not None:  # the new magnet copied the loaded weights, not the old run's EMA
             assert torch.equal(started.magnet.state_dict()[f"actor__{name.replace('.', '__')}"], param.detach())
+
+
+def _late(start: int, tau: float, coef_after: float | None) -> PPO:
+    spec = {"kind": "ema", "coef": 1.0, "schedule": "linear", "final_coef": 0.0, "decay_env_steps": 100,
+            "ema_tau": tau, "ema_start_env_steps": start, "ema_coef": coef_after}  # fmt: skip
+    return _selfplay(spec)[0]
+
+
+def _at(module: PPO, env_steps: int) -> SimpleNamespace:
+    """What ``before_update`` reads of a module: its nets and the env steps so far."""
+    return SimpleNamespace(encoder=module.encoder, actor=module.actor, env_steps=env_steps, total_env_steps=100)
+
+
+def _nudge(module: PPO, gen: torch.Generator) -> None:
+    """An optimiser step's stand-in: move every policy weight a little."""
+    with torch.no_grad():
+        for param in [*module.encoder.parameters(), *module.actor.parameters()]:
+            param.add_(0.1 * torch.randn(param.shape, generator=gen))
+
+
+def test_a_late_ema_magnet_is_uniform_then_copies_the_policy_then_follows_a_hand_written_ema() -> None:
+    module = _late(start=40, tau=0.25, coef_after=0.3)
+    magnet, gen = module.magnet, torch.Generator().manual_seed(0)
+    obs = torch.randn(5, *module.env_spec.obs_shape, generator=gen)
+    start = {k: v.clone() for k, v in magnet.state_dict().items() if k != "ema_started"}
+    reference: dict[str, torch.Tensor] = {}
+    for env_steps in (20, 30, 40, 50, 60):
+        _nudge(module, gen)
+        magnet.before_update(_at(module, env_steps))
+        weights = {f"{net}__{n.replace('.', '__')}": p.detach().clone()
+                   for net in ("encoder", "actor") for n, p in getattr(module, net).named_parameters()}  # fmt: skip
+        if env_steps < 40:  # uniform on the schedule: untouched buffers, no magnet logits
+            assert all(torch.equal(magnet.state_dict()[k], v) for k, v in start.items())
+            assert magnet.magnet_logits(module, obs) is None
+            assert not bool(magnet.ema_started)
+            assert magnet.coef == pytest.approx(1.0 - env_steps / 100)
+            continue
+        # from the start on: the first update copies the weights, then θ_ρ ← θ_ρ + τ (θ − θ_ρ), weight ema_coef
+        reference = weights if not reference else {k: r + 0.25 * (weights[k] - r) for k, r in reference.items()}
+        for key, value in reference.items():
+            torch.testing.assert_close(magnet.state_dict()[key], value)
+        assert bool(magnet.ema_started)
+        assert magnet.coef == 0.3
+        assert magnet.magnet_logits(module, obs) is not None
+
+
+def test_a_late_ema_magnets_state_is_checkpointed_and_a_resume_continues_it() -> None:
+    """A twin loaded from the state dict after the start moves its magnet as the original does (an EMA step, not a
+    second copy of the weights); one loaded before the start stays uniform."""
+    module, gen = _late(start=40, tau=0.25, coef_after=None), torch.Generator().manual_seed(1)
+    before = _late(start=40, tau=0.25, coef_after=None)
+    before.load_state_dict(module.state_dict())
+    for env_steps in (40, 50):
+        _nudge(module, gen)
+        module.magnet.before_update(_at(module, env_steps))
+    assert "magnet.ema_started" in module.state_dict()
+    twin = _late(start=40, tau=0.25, coef_after=None)
+    twin.load_state_dict(module.state_dict())
+    _nudge(module, gen)
+    twin.load_state_dict({k: v for k, v in module.state_dict().items() if not k.startswith("magnet.")}, strict=False)
+    module.magnet.before_update(_at(module, 60))
+    twin.magnet.before_update(_at(twin, 60))
+    for key, value in module.magnet.state_dict().items():
+        torch.testing.assert_close(twin.magnet.state_dict()[key], value)
+    before.magnet.before_update(_at(before, 30))
+    assert before.magnet.magnet_logits(before, torch.zeros(1, *before.env_spec.obs_shape)) is None
+
+
+def test_a_late_ema_magnet_runs_in_a_fit(tmp_path: Path) -> None:
+    module, datamodule = _selfplay({"kind": "ema", "ema_tau": 0.5, "ema_start_env_steps": 64, "ema_coef": 0.2})
+    trainer(tmp_path, []).fit(module, datamodule)  # updates at 32, 64, 96 env steps: the EMA starts at the second
+    assert bool(module.magnet.ema_started)
+    assert module.magnet.coef == 0.2
+
+
+def test_a_decaying_ema_rate_follows_a_hand_written_geometric_rate() -> None:
+    """``ema_tau`` 0.5 -> ``ema_final_tau`` 0.05 over 100 env steps: the rate at s env steps is 0.5 · 0.1^(s/100),
+    held at 0.05 after; an EMA from the start (no copy)."""
+    module = _selfplay({"kind": "ema", "ema_tau": 0.5, "ema_final_tau": 0.05, "decay_env_steps": 100})[0]
+    gen = torch.Generator().manual_seed(2)
+    reference = {k: v.clone() for k, v in module.magnet.state_dict().items()}
+    for env_steps in (25, 50, 100, 150):
+        _nudge(module, gen)
+        module.magnet.before_update(_at(module, env_steps))
+        rate = 0.5 * 0.1 ** (min(env_steps, 100) / 100)
+        weights = {f"{net}__{n.replace('.', '__')}": p.detach()
+                   for net in ("encoder", "actor") for n, p in getattr(module, net).named_parameters()}  # fmt: skip
+        reference = {k: r + rate * (weights[k] - r) for k, r in reference.items()}
+        for key, value in reference.items():
+            torch.testing.assert_close(module.magnet.state_dict()[key], value)
+    assert module.magnet.coef == 0.05  # the weight is the default constant one
+    module, _ = _selfplay({"kind": "ema", "ema_final_tau": 0.05})
+    with pytest.raises(ConfigError, match="model.magnet.ema_final_tau decays over"):
+        module.magnet.before_update(SimpleNamespace(encoder=module.encoder, actor=module.actor, env_steps=1,
+                                                    total_env_steps=None))  # fmt: skip
+
+
+def _weights_now(module: PPO) -> dict[str, torch.Tensor]:
+    return {f"{net}__{n.replace('.', '__')}": p.detach().clone()
+            for net in ("encoder", "actor") for n, p in getattr(module, net).named_parameters()}  # fmt: skip
+
+
+def test_a_reset_magnet_is_a_frozen_copy_recopied_every_reset_env_steps_and_resumes() -> None:
+    """``reset_env_steps`` 40: copies at 40 and 80 env steps (the first update 40 or more past the last copy), frozen
+    between; a twin loaded from the state dict at 60 re-copies at 80, not at 60."""
+    module, gen = _selfplay({"kind": "ema", "reset_env_steps": 40})[0], torch.Generator().manual_seed(3)
+    reference = {k: v.clone() for k, v in module.magnet.state_dict().items() if k != "reset_at"}
+    twin = None
+    for env_steps in (20, 40, 60, 70, 80, 100):
+        _nudge(module, gen)
+        if env_steps == 60:
+            twin = _selfplay({"kind": "ema", "reset_env_steps": 40})[0]
+            twin.load_state_dict(module.state_dict())
+        module.magnet.before_update(_at(module, env_steps))
+        if env_steps in (40, 80):
+            reference = _weights_now(module)
+        for key, value in reference.items():
+            assert torch.equal(module.magnet.state_dict()[key], value), (env_steps, key)
+    assert twin is not None
+    twin.load_state_dict({k: v for k, v in module.state_dict().items() if not k.startswith("magnet.")}, strict=False)
+    twin.magnet.before_update(_at(twin, 70))  # 30 past its saved copy at 40: stays frozen
+    assert not torch.equal(twin.magnet.state_dict()["actor__0__weight"], module.actor[0].weight.detach())
