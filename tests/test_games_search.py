@@ -225,6 +225,7 @@ def test_search_beats_random_in_matches_and_plays_seats(tmp_path):
 
 def test_game_evaluation_plays_the_searching_agent(tmp_path):
     env = OpenSpielEnv("open_spiel:tic_tac_toe")
+    torch.manual_seed(0)  # the untrained network's own strength varies with its initialisation (0.5-0.7 seen)
     module = PPO(env_spec=env.spec, hidden_sizes=(16,))
     records = {}
     for simulations in (0, 60):
