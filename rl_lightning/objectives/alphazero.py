@@ -10,6 +10,12 @@ from __future__ import annotations
 import torch
 
 
+def soft_cross_entropy(log_p: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``−Σ_a target·log p`` per row (``[N]``), with ``0 · log 0 = 0``: zero-target entries (illegal actions at the
+    dtype's minimum, or moves a search ruled out) add nothing, never NaN or inf."""
+    return -torch.where(target > 0, target * log_p, 0.0).sum(-1)
+
+
 def alphazero_loss(
     logits: torch.Tensor, value: torch.Tensor, search_policy: torch.Tensor, value_target: torch.Tensor, vf_coef: float
 ) -> dict[str, torch.Tensor]:
@@ -23,10 +29,9 @@ def alphazero_loss(
     """
     log_p = torch.log_softmax(logits, -1)
     p = log_p.exp()
-    # 0 · log 0 = 0: rows' zero-target (and illegal) entries must not turn the dtype's minimum into NaN or inf.
-    cross_entropy = -torch.where(search_policy > 0, search_policy * log_p, 0.0).sum(-1)
-    target_entropy = -torch.where(search_policy > 0, search_policy * search_policy.clamp_min(1e-30).log(), 0.0).sum(-1)
-    entropy = -torch.where(p > 0, p * log_p, 0.0).sum(-1)
+    cross_entropy = soft_cross_entropy(log_p, search_policy)
+    target_entropy = soft_cross_entropy(search_policy.clamp_min(1e-30).log(), search_policy)
+    entropy = soft_cross_entropy(log_p, p)
     loss_policy = cross_entropy.mean()
     loss_value = 0.5 * (value - value_target).pow(2).mean()
     return {

@@ -39,7 +39,7 @@ from rl_lightning.algos.ppo import PPO, ppo_arguments
 from rl_lightning.envs.base import BatchedEnv, EnvSpec
 from rl_lightning.errors import ConfigError, check_fields
 from rl_lightning.networks import distributions as D
-from rl_lightning.objectives.alphazero import alphazero_loss
+from rl_lightning.objectives.alphazero import alphazero_loss, soft_cross_entropy
 
 SEARCH_POLICY = "search_policy"  # [A] float: the search's visit distribution at a decision (the policy target)
 # ``tree_targets`` K > 0: K other positions of each decision's search tree, with their own policy targets.
@@ -254,8 +254,6 @@ class AlphaZero(PPO):
         """The mean cross-entropy of the policy to the tree positions' targets, over the valid ones."""
         obs = mb[TREE_OBS].flatten(0, 1)
         logits = D.masked_logits(self.actor(self.encoder(obs)), mb[TREE_MASK].flatten(0, 1))
-        log_p = torch.log_softmax(logits, -1)
-        target = mb[TREE_POLICY].flatten(0, 1)
-        cross_entropy = -torch.where(target > 0, target * log_p, 0.0).sum(-1)
+        cross_entropy = soft_cross_entropy(torch.log_softmax(logits, -1), mb[TREE_POLICY].flatten(0, 1))
         valid = mb[TREE_VALID].flatten().to(cross_entropy.dtype)
         return (cross_entropy * valid).sum() / valid.sum().clamp_min(1.0)
