@@ -14,11 +14,12 @@ from tensordict import TensorDict
 from rl_lightning import keys, stop
 from rl_lightning.algos.histograms import FIELD as HISTOGRAMS_FIELD
 from rl_lightning.algos.policy_io import obs_batch
+from rl_lightning.data.actors import PolicyFactory
 from rl_lightning.env_step_log import finite_only, log_at_env_step, publish_to_callbacks, to_floats
 from rl_lightning.envs.base import BatchedEnv, EnvSpec
 from rl_lightning.errors import ConfigError
 from rl_lightning.lightning_notices import silence_lightning_notices
-from rl_lightning.lineage import REVISION_KEY, PolicyRevision, check_family, weights_digest
+from rl_lightning.lineage import REVISION_KEY, PolicyRevision, check_family, constructor_args, weights_digest
 
 COUNTERS_KEY = "rl_counters"
 
@@ -47,6 +48,9 @@ class RLModule(pl.LightningModule):
     histogram_source: Any = None
     #: Set while the ``EvalRequests`` callback is attached: it plays ``validate``/``test``'s requests.
     eval_requests_attached: bool = False
+    #: Whether ``data.num_actors`` may collect with this module's ``policy_factory`` in actor processes: its
+    #: ``acting_policy`` depends on nothing but its constructor arguments, its ``state_dict`` and the env.
+    supports_actor_processes: ClassVar[bool] = False
 
     def __init__(self, env_spec: EnvSpec | None = None) -> None:
         super().__init__()
@@ -111,6 +115,10 @@ class RLModule(pl.LightningModule):
         The default is ``act``; search-based algorithms (SPO) override it to read ``env``'s current state.
         """
         return lambda obs, generator: self.act(obs, generator, deterministic=deterministic)
+
+    def policy_factory(self) -> PolicyFactory:
+        """The recipe an actor process builds its own copy of this module from (weights then arrive published)."""
+        return PolicyFactory.of(self, constructor_args(self.hparams, type(self)))
 
     def check_config(self, datamodule: Any) -> None:  # noqa: B027 - optional hook
         """Setup-time arithmetic between module and datamodule; raise ``ValueError`` naming the fields."""

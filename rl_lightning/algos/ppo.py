@@ -114,6 +114,7 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
 
     family = "ppo"
     plays_families = ("bc",)  # ``validate``/``test`` a BC clone's checkpoint: the same networks
+    supports_actor_processes = True
 
     def __init__(
         self,

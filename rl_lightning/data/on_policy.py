@@ -12,6 +12,8 @@ import lightning.pytorch as pl
 import torch
 from tensordict import TensorDict
 
+from rl_lightning.data.actors.pool import ActorPool
+from rl_lightning.data.actors.setup import check_actor_config, start_pool
 from rl_lightning.data.collector import Collector
 from rl_lightning.data.fused_collector import FusedCollector
 from rl_lightning.data.fused_step import require_fusable
@@ -67,6 +69,19 @@ class OnPolicyDataModule(pl.LightningDataModule):
         league: multi-seat games: ``{size: K, snapshot_every_n_updates: N, share: p}``, a pool of the last ``K``
             snapshots of the learning policy (one every ``N`` updates); ``league`` seats, and in a share ``p`` of
             games every ``self`` seat but one, play a snapshot drawn per game.
+        num_actors: collect beside the learner in this many actor processes per rank (DESIGN.md §12), each
+            stepping ``num_envs / num_actors`` envs with its own copy of the acting policy, refreshed from the
+            learner's weights (shared memory) before each rollout; an update still sees one ``[num_steps,
+            num_envs]`` rollout, one slice per actor. ``0`` collects in the learner, in turn with the updates: the
+            bit-for-bit reproducible path. On 2 cores one actor is the starting point.
+        max_policy_lag: with actors: rollouts each actor may collect ahead of the learner, hence the most versions
+            between the weights that collected a rollout and those it updates (PPO at lag 1 is APPO-like: the ratio
+            uses the behaviour log-probs stored with the data). A rollout staler than this is dropped (never used;
+            its env steps still count) rather than waited for: a stale update would change the algorithm silently.
+        actor_max_failures: with actors: failures of one actor in a row (its env raised, it died, it hung) that stop
+            the run with a checkpoint and one line naming the env and the error; fewer are restarted with the newest
+            weights and a fresh seed.
+        actor_heartbeat_s: with actors: an actor with no env tick for this long is taken as hung and replaced.
     """
 
     def __init__(
@@ -84,6 +99,10 @@ class OnPolicyDataModule(pl.LightningDataModule):
         compile: bool = False,
         seats: dict[int | str, str] | None = None,
         league: dict[str, Any] | None = None,
+        num_actors: int = 0,
+        max_policy_lag: int = 1,
+        actor_max_failures: int = 3,
+        actor_heartbeat_s: float = 60.0,
     ) -> None:
         super().__init__()
         _require_positive("data.num_envs", num_envs, "set it to the number of parallel envs per rank, e.g. 8")
@@ -101,6 +120,13 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self.eval_episodes = eval_episodes
         self.eval_seed = eval_seed
         self.selfplay = make_selfplay(env, seats, league)  # multi-seat games only (DESIGN.md §10)
+        self.num_actors = num_actors
+        self.max_policy_lag = max_policy_lag
+        self.actor_max_failures = actor_max_failures
+        self.actor_heartbeat_s = actor_heartbeat_s
+        self.actors: ActorPool | None = None
+        self._actor_generation = 0  # seed generations used before (a resumed async run starts past them)
+        self._env_seed = 0
         self.world_size = 1
         self.local_env_steps = 0
         self.collector: Collector | None = None
@@ -134,6 +160,9 @@ class OnPolicyDataModule(pl.LightningDataModule):
             self.check_fit_config(module)  # before any env is built
         device = self._resolve_device()
         seed = self.seed if self.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
+        self._env_seed = seed + rank * self.num_envs
+        if self.num_actors and stage == "fit":
+            return  # the actors own the envs; they start at the first rollout, after a resume restored the counters
         env = BatchedEnv(
             self.env, self.num_envs, device, seed + rank * self.num_envs, self.check_env, self.check_finite
         )
@@ -152,6 +181,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
     def check_fit_config(self, module: Any) -> None:
         """Config arithmetic that would make a run fail or never optimise; raises one-line ``ValueError``s."""
         module.check_config(self)
+        check_actor_config(self, module)
         if self.compile and self.selfplay is not None:
             raise ConfigError(
                 "data.compile=true does not support multi-seat games (self-play); set data.compile: false"
@@ -185,6 +215,8 @@ class OnPolicyDataModule(pl.LightningDataModule):
 
     def collect(self) -> Rollout:
         """Collect one rollout with the attached module's acting policy and add its learning targets."""
+        if self.num_actors:
+            return self._collect_from_actors()
         if self.collector is None:
             raise RuntimeError("OnPolicyDataModule.collect called before setup()")
         module = self.trainer.lightning_module
@@ -197,6 +229,24 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self.local_env_steps += self.rollout_size
         batch = module.process_rollout(batch)
         self.last_rollout = Rollout(batch, self.rollout_stats())
+        return self.last_rollout
+
+    def _collect_from_actors(self) -> Rollout:
+        """The next rollout from the actor processes (started at the first call), with its learning targets."""
+        module = self.trainer.lightning_module
+        if self.actors is None:
+            self.actors = start_pool(self, module, self._env_seed, self._actor_generation)
+        self.actors.publish(module.state_dict(), module.policy_version)
+        gathered = self.actors.next_rollout(module.policy_version)
+        self.local_env_steps += gathered.env_steps
+        batch = module.process_rollout(gathered.batch.to(module.device))
+        stats = {name: torch.tensor(value) for name, value in gathered.stats.items()}
+        now = time.perf_counter()
+        if self._last_update_end is not None:
+            elapsed = max(now - self._last_update_end, 1e-9)
+            stats["perf/env_sps"] = torch.tensor(gathered.env_steps * self.world_size / elapsed)
+        self._last_update_end = now
+        self.last_rollout = Rollout(batch, stats)
         return self.last_rollout
 
     def rollout_stats(self, episode: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
@@ -220,6 +270,9 @@ class OnPolicyDataModule(pl.LightningDataModule):
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"local_env_steps": self.local_env_steps}
+        if self.num_actors:  # actors hold nothing a resume needs but their seeds: start past the ones used
+            used = self.actors.generation + 1 if self.actors is not None else self._actor_generation
+            state["actor_generation"] = max(_gather_per_rank(used, self.world_size))
         if self.collector is not None:
             # Only rank 0 writes checkpoints: gather every rank's collector so each resumes its own streams.
             state["collectors"] = _gather_per_rank(_to_cpu(self.collector.state_dict()), self.world_size)
@@ -229,6 +282,9 @@ class OnPolicyDataModule(pl.LightningDataModule):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored = dict(state_dict)
+        self._actor_generation = int(state_dict.get("actor_generation", 0))
+        if self.num_actors:
+            self.local_env_steps = int(state_dict.get("local_env_steps", 0))
         if self.collector is not None:
             self._apply_state(self._restored)
 
@@ -247,7 +303,18 @@ class OnPolicyDataModule(pl.LightningDataModule):
                 "envs restart from data.seed"
             )
 
+    def on_exception(self, exception: BaseException) -> None:
+        """Stop the actors (after the callbacks, ``FaultCheckpoint`` among them, have saved what they save)."""
+        self._stop_actors()
+
+    def _stop_actors(self) -> None:
+        if self.actors is not None:
+            self._actor_generation = self.actors.generation + 1
+            self.actors.close()
+            self.actors = None
+
     def teardown(self, stage: str) -> None:
+        self._stop_actors()
         if self.collector is not None:
             self.collector.close()
             self.collector = None

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_lightning import stop
+from rl_lightning.child_processes import die_with_parent
 from rl_lightning.tune.config import to_yaml, trial_config
 from rl_lightning.tune.report import read_reports
 
@@ -171,7 +172,4 @@ def _last_error(log: Path, code: int) -> str:
 
 def _die_with_parent() -> None:
     """In the child before exec: SIGTERM it when the tuning process dies (Linux ``PR_SET_PDEATHSIG``)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    die_with_parent(signal.SIGTERM)

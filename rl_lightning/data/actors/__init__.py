@@ -1,0 +1,7 @@
+"""Actor processes that collect beside the learner (DESIGN.md section 12): shared weights, shared rollout slots."""
+
+from rl_lightning.data.actors.policy_factory import PolicyFactory
+from rl_lightning.data.actors.pool import ActorPool, ActorRollout, PoolSettings
+from rl_lightning.data.actors.weights import SharedWeights
+
+__all__ = ["ActorPool", "ActorRollout", "PolicyFactory", "PoolSettings", "SharedWeights"]

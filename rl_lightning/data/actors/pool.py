@@ -1,0 +1,297 @@
+"""``ActorPool``: actor processes collecting beside the learner, restarted when they fail, stopped by pid."""
+
+from __future__ import annotations
+
+import os
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+from tensordict import TensorDict
+
+from rl_lightning import stop
+from rl_lightning.child_processes import kill_pid, pid_alive
+from rl_lightning.data.actors.policy_factory import PolicyFactory
+from rl_lightning.data.actors.weights import SharedWeights
+from rl_lightning.data.actors.worker import ActorChannels, ActorSpec, actor_main
+from rl_lightning.errors import EnvError
+
+POLL_S = 0.05
+JOIN_TIMEOUT_S = 5.0
+#: Seeds of a restarted actor move by this much per generation, far from every other actor's envs.
+GENERATION_STRIDE = 7_919_113
+
+
+@dataclass
+class PoolSettings:
+    """What the datamodule decides for the actors (see ``OnPolicyDataModule``'s ``num_actors`` and neighbours).
+
+    Attributes:
+        num_actors: actor processes; the rank's ``num_envs`` envs are split evenly between them.
+        num_envs: envs of the whole rank; ``num_steps``: ticks per rollout.
+        max_policy_lag: rollout slots per actor, hence the most versions a rollout may lag the learner using it.
+        max_failures: failures of one actor in a row that stop the run.
+        heartbeat_timeout_s: an actor silent this long (no env tick, no wait) is taken as hung and replaced.
+        env_seed: the rank's first env seed (actor ``i`` gets ``env_seed + i·num_envs/num_actors``); the sampling
+            seed is ``env_seed + 10_007`` likewise, as the serial collector's.
+        seed_generation: generations already used by earlier runs of this fit (a resume starts past them).
+    """
+
+    num_actors: int
+    num_envs: int
+    num_steps: int
+    max_policy_lag: int
+    max_failures: int
+    heartbeat_timeout_s: float
+    env_seed: int
+    check_env: bool = False
+    check_finite: bool = True
+    seed_generation: int = 0
+
+
+@dataclass
+class ActorRollout:
+    """One update's rollout from every actor, and what the pool saw while gathering it.
+
+    Attributes:
+        batch: ``[num_steps, num_envs]`` transitions, actor ``i``'s envs in columns ``i·n ... (i+1)·n - 1``.
+        env_steps: env steps this update accounts for (the rollout's, plus any dropped as too stale or lost).
+        stats: ``rollout/*`` means over actors and ``perf/*`` / ``actors/*`` figures, as floats.
+    """
+
+    batch: TensorDict
+    env_steps: int
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class _Actor:
+    spec: ActorSpec
+    process: Any
+    pipe: Any
+    slots: list[TensorDict] | None = None
+    waiting: deque[tuple[int, int, dict[str, float], float, float]] = field(default_factory=deque)
+    failures_in_a_row: int = 0
+
+
+class ActorPool:
+    """Starts ``num_actors`` processes with the module's acting policy and hands their rollouts to the learner.
+
+    Every update the learner calls ``publish`` (new weights, when its version moved) and ``next_rollout`` (one
+    rollout from each actor, concatenated along the env axis, so an update sees the same ``[T, num_envs]`` batch as
+    the serial path). A rollout that lags more than ``max_policy_lag`` versions is dropped and counted; an actor
+    that raises, dies or stops beating is replaced with the newest weights and the next seed generation, and
+    ``max_failures`` failures of one actor in a row raise an ``EnvError`` naming the env and its error. ``close``
+    (also at interpreter exit) stops the actors, joins them and kills any straggler by pid.
+
+    Args:
+        settings: the datamodule's actor settings.
+        env: the env core each actor copies.
+        policy: builds the acting module in each actor.
+        state_dict: the learner's acting weights (names, shapes and dtypes of ``publish``).
+        context: the multiprocessing start method (``spawn``: never ``fork`` a process that runs torch threads).
+    """
+
+    def __init__(
+        self,
+        settings: PoolSettings,
+        env: Any,
+        policy: PolicyFactory,
+        state_dict: dict[str, torch.Tensor],
+        context: str = "spawn",
+    ) -> None:
+        self.settings = settings
+        self.env = env
+        self.policy = policy
+        self.envs_per_actor = settings.num_envs // settings.num_actors
+        self.context = mp.get_context(context)
+        self.weights = SharedWeights(state_dict)
+        self.stop_flag = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.heartbeat = torch.zeros(settings.num_actors, dtype=torch.float64).share_memory_()
+        self._pids: list[int] = []  # the current actors' pids, read by the finalizer at interpreter exit
+        self.generation = settings.seed_generation
+        self.restarts = 0
+        self.dropped_rollouts = 0
+        self.actors: list[_Actor] = []
+        self._closed = False
+        self._learner_wait = 0.0
+        self._since = time.perf_counter()
+        weakref.finalize(self, ActorPool._kill_all, self._pids)  # runs at exit too, should close() be skipped
+        for index in range(settings.num_actors):
+            self.actors.append(self._start(index))
+
+    # ----- processes ----------------------------------------------------------------------------------------
+    def _start(self, index: int, generation: int | None = None) -> _Actor:
+        """Start actor ``index`` as a fresh process with the newest weights, with slots all free."""
+        s = self.settings
+        generation = self.generation if generation is None else generation
+        n = self.envs_per_actor
+        env_seed = s.env_seed + index * n + generation * GENERATION_STRIDE
+        spec = ActorSpec(
+            index, generation, self.env, n, s.num_steps, env_seed, env_seed + 10_007, s.check_env, s.check_finite,
+            self.policy, os.getpid(), s.max_policy_lag,
+        )  # fmt: skip
+        learner_end, actor_end = self.context.Pipe(duplex=True)
+        for slot in range(s.max_policy_lag):
+            learner_end.send(slot)
+        self.heartbeat[index] = time.monotonic()
+        channels = ActorChannels(self.weights, actor_end, self.heartbeat, self.stop_flag)
+        process = self.context.Process(target=actor_main, args=(spec, channels), daemon=True, name=f"actor-{index}")
+        process.start()
+        actor_end.close()  # the child holds its own copy: EOF here once it dies
+        if index < len(self._pids):
+            self._pids[index] = process.pid
+        else:
+            self._pids.append(process.pid)
+        return _Actor(spec, process, learner_end)
+
+    @property
+    def pids(self) -> list[int]:
+        """The live actors' process ids."""
+        return [actor.process.pid for actor in self.actors]
+
+    def _replace(self, index: int, problem: str) -> None:
+        """Kill actor ``index`` (whatever state it is in) and start it again, or raise after too many failures."""
+        old = self.actors[index]
+        kill_pid(old.process.pid)
+        old.process.join(JOIN_TIMEOUT_S)
+        old.pipe.close()
+        failures = old.failures_in_a_row + 1
+        self.dropped_rollouts += len(old.waiting)
+        if failures >= self.settings.max_failures:
+            raise EnvError(
+                _env_name(self.env), None, self.settings.num_envs,
+                f"stopped the run: actor {index} failed {failures} times in a row; last: {problem}",
+            )  # fmt: skip
+        self.generation += 1
+        self.restarts += 1
+        fresh = self._start(index, self.generation)
+        fresh.failures_in_a_row = failures
+        self.actors[index] = fresh
+
+    def _check_health(self) -> None:
+        """Replace actors that died or stopped beating (an actor that raised has said so on the queue first)."""
+        now = time.monotonic()
+        for index, actor in enumerate(self.actors):
+            if not actor.process.is_alive():
+                self._receive(actor)  # its last words, if any, name the error
+                if self.actors[index] is actor:
+                    self._replace(index, f"actor process exited with code {actor.process.exitcode}")
+            elif now - float(self.heartbeat[index]) > self.settings.heartbeat_timeout_s:
+                self._replace(index, f"no heartbeat for {self.settings.heartbeat_timeout_s:g} s (hung env?)")
+
+    def _receive(self, actor: _Actor) -> bool:
+        """Handle every message waiting on ``actor``'s pipe; ``False`` once the pipe is closed (the actor died)."""
+        try:
+            while actor.pipe.poll():
+                self._handle(actor.pipe.recv())
+                if self.actors[actor.spec.index] is not actor:
+                    return True
+        except (EOFError, OSError):
+            return False
+        return True
+
+    # ----- data ---------------------------------------------------------------------------------------------
+    def publish(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        """Make the learner's weights of ``version`` the ones every actor collects its next rollout with."""
+        if version != self.weights.version:
+            self.weights.publish(state_dict, version)
+
+    def next_rollout(self, learner_version: int) -> ActorRollout:
+        """Wait for one rollout from every actor, no more than ``max_policy_lag`` versions behind
+        ``learner_version``; returns them side by side (columns in actor order)."""
+        start = time.perf_counter()
+        dropped_before = self.dropped_rollouts
+        parts: list[TensorDict] = []
+        infos: list[tuple[int, dict[str, float], float, float]] = []
+        for index in range(len(self.actors)):
+            batch, info = self._take(index, learner_version)
+            parts.append(batch)
+            infos.append(info)
+        now = time.perf_counter()
+        self._learner_wait += now - start
+        batch = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+        dropped = self.dropped_rollouts - dropped_before
+        stats = self._stats(infos, now)
+        return ActorRollout(batch, batch.numel() + dropped * self.envs_per_actor * self.settings.num_steps, stats)
+
+    def _take(self, index: int, learner_version: int) -> tuple[TensorDict, tuple[int, dict[str, float], float, float]]:
+        """Actor ``index``'s oldest fresh-enough rollout, cloned out of its slot (which is then free again)."""
+        while True:
+            actor = self.actors[index]
+            if actor.waiting:
+                slot, version, stats, collect_s, wait_s = actor.waiting.popleft()
+                assert actor.slots is not None
+                batch = actor.slots[slot].clone()
+                actor.pipe.send(slot)
+                if learner_version - version <= self.settings.max_policy_lag:
+                    actor.failures_in_a_row = 0
+                    return batch, (version, stats, collect_s, wait_s)
+                self.dropped_rollouts += 1  # too stale for the update: its env steps still count
+                continue
+            if wait([actor.pipe], timeout=POLL_S) and self._receive(actor):
+                continue
+            stop.check()  # SIGTERM / Ctrl+C: the learner stops here; close() then ends the actors
+            self._check_health()
+
+    def _handle(self, message: tuple[Any, ...]) -> None:
+        kind, index, generation = message[:3]
+        actor = self.actors[index]
+        if generation != actor.spec.generation:
+            return  # from an actor already replaced: its rollout is lost (counted when it was replaced)
+        if kind == "slots":
+            actor.slots = message[3]
+        elif kind == "rollout":
+            actor.waiting.append(message[3:])
+        elif kind == "error":
+            self._replace(index, message[3])
+
+    def _stats(self, infos: list[tuple[int, dict[str, float], float, float]], now: float) -> dict[str, float]:
+        episode: dict[str, list[float]] = {}
+        for _, stats, _, _ in infos:
+            for name, value in stats.items():
+                if value == value:  # an actor that finished no episode reports NaN: leave it out of the mean
+                    episode.setdefault(name, []).append(value)
+        result = {f"rollout/{name}": sum(values) / len(values) for name, values in episode.items()}
+        collect = [collect_s for _, _, collect_s, _ in infos]
+        busy = [collect_s / max(collect_s + wait_s, 1e-9) for _, _, collect_s, wait_s in infos]
+        elapsed = max(now - self._since, 1e-9)
+        collected = self.envs_per_actor * self.settings.num_steps * len(infos)
+        result["perf/collect_sps"] = collected / max(max(collect), 1e-9)  # actors collect side by side
+        result["perf/actor_busy"] = sum(busy) / len(busy)
+        result["perf/learner_busy"] = 1.0 - self._learner_wait / elapsed
+        result["actors/restarts"] = float(self.restarts)
+        result["actors/dropped_rollouts"] = float(self.dropped_rollouts)
+        self._learner_wait, self._since = 0.0, now
+        return result
+
+    # ----- shutdown -----------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Tell every actor to stop, join each with a timeout, kill stragglers by pid. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self.stop_flag.fill_(1)
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
+        for actor in self.actors:
+            actor.process.join(max(deadline - time.monotonic(), 0.0))
+        ActorPool._kill_all([actor.process.pid for actor in self.actors])
+        for actor in self.actors:
+            actor.process.join(JOIN_TIMEOUT_S)
+            actor.pipe.close()
+
+    @staticmethod
+    def _kill_all(pids: list[int]) -> None:
+        for pid in pids:
+            if pid is not None and pid_alive(pid):
+                kill_pid(pid)
+
+
+def _env_name(env: Any) -> str:
+    spec = getattr(env, "spec", None)
+    return getattr(spec, "name", type(env).__name__)

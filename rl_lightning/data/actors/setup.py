@@ -1,0 +1,85 @@
+"""The datamodule's side of async collection: refuse what cannot run in actor processes, then start the pool."""
+
+from __future__ import annotations
+
+import io
+import os
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+from rl_lightning.data.actors.policy_factory import PolicyFactory
+from rl_lightning.data.actors.pool import ActorPool, PoolSettings
+from rl_lightning.errors import ConfigError
+
+
+def check_actor_config(datamodule: Any, module: Any) -> None:
+    """One-line ``ConfigError`` for every async setting that cannot run, before any env or process starts."""
+    n = datamodule.num_actors
+    if not isinstance(n, int) or n < 0:
+        raise ConfigError(f"data.num_actors={n!r}: must be 0 (collect in the learner) or a positive number of actors")
+    lag = datamodule.max_policy_lag
+    if not isinstance(lag, int) or lag < 1:
+        raise ConfigError(
+            f"data.max_policy_lag={lag!r}: must be >= 1 (versions a rollout may lag the learner); for lag 0 collect "
+            "in the learner with data.num_actors: 0"
+        )
+    if n == 0:
+        return
+    _check_positive("data.actor_max_failures", datamodule.actor_max_failures, "e.g. 3")
+    _check_positive("data.actor_heartbeat_s", datamodule.actor_heartbeat_s, "e.g. 60")
+    if n > datamodule.num_envs or datamodule.num_envs % n:
+        raise ConfigError(
+            f"data.num_actors={n} does not split data.num_envs={datamodule.num_envs} evenly (each actor steps "
+            f"num_envs / num_actors envs); use a divisor of {datamodule.num_envs} no larger than it"
+        )
+    refusal = _unsupported(datamodule, module)
+    if refusal:
+        raise ConfigError(f"data.num_actors={n}: {refusal}; set data.num_actors: 0")
+    _check_crosses_processes(datamodule.env, "the env", n)
+    _check_crosses_processes(module.policy_factory(), f"{type(module).__name__}'s acting policy", n)
+
+
+def _unsupported(datamodule: Any, module: Any) -> str:
+    if not getattr(module, "supports_actor_processes", False):
+        return f"{type(module).__name__} does not collect in actor processes yet (PPO and RecurrentPPO do)"
+    if datamodule.selfplay is not None:
+        return "multi-seat games (self-play, leagues, bots) do not collect in actor processes yet"
+    if datamodule.compile:
+        return "data.compile (the fused rollout step) runs in the learner only"
+    return ""
+
+
+def _check_crosses_processes(value: Any, what: str, n: int) -> None:
+    """Refuse ``value`` that cannot be copied into a spawned process (a lambda, an open handle, a live engine)."""
+    try:
+        ForkingPickler(io.BytesIO()).dump(value)
+    except Exception as err:  # noqa: BLE001 - any pickling failure means the same thing to the user
+        raise ConfigError(
+            f"data.num_actors={n} copies {what} into each actor process, but {type(value).__name__} cannot be "
+            f"pickled ({type(err).__name__}: {err}); define it at module level with plain settings, or set "
+            "data.num_actors: 0"
+        ) from None
+
+
+def _check_positive(field: str, value: Any, example: str) -> None:
+    if not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(f"{field}={value!r}: must be positive, {example}")
+
+
+def start_pool(datamodule: Any, module: Any, env_seed: int, seed_generation: int) -> ActorPool:
+    """Start the datamodule's actors with the module's acting policy; they wait for the first ``publish``."""
+    settings = PoolSettings(
+        num_actors=datamodule.num_actors,
+        num_envs=datamodule.num_envs,
+        num_steps=datamodule.num_steps,
+        max_policy_lag=datamodule.max_policy_lag,
+        max_failures=int(datamodule.actor_max_failures),
+        heartbeat_timeout_s=float(datamodule.actor_heartbeat_s),
+        env_seed=env_seed,
+        check_env=datamodule.check_env,
+        check_finite=datamodule.check_finite,
+        seed_generation=seed_generation,
+    )
+    factory: PolicyFactory = module.policy_factory()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # read by each actor's torch at import, before its first op
+    return ActorPool(settings, datamodule.env, factory, module.state_dict())

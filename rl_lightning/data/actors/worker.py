@@ -1,0 +1,164 @@
+"""The actor process: its own envs, collector and copy of the acting policy, writing rollouts into shared slots.
+
+Protocol with the learner (``ActorPool``), all through ``ActorChannels``:
+
+    learner                                    actor i
+    publish(weights, v) ─── SharedWeights ───▶ before each rollout: newest weights (v)
+    free slot j         ─── its pipe ────────▶ waits for a free slot, then collects T ticks with v
+                        ◀── its pipe ──────── ("slots", ...) once: the shared TensorDicts, as handles
+                        ◀── its pipe ──────── ("rollout", i, generation, j, v, stats, collect_s, wait_s)
+    clone slot j, free j
+                        ◀── its pipe ──────── ("error", i, generation, one line) when anything raises
+
+An actor waits for a free slot *before* it reads the weights and collects, so a rollout is never collected ahead
+of a slot: with ``L`` slots per actor no rollout is more than ``L`` versions behind the learner that uses it.
+Each actor has its own pipe and nothing shared holds a lock (the stop flag and heartbeats are shared tensors), so
+an actor killed at any instant cannot leave a lock held that the learner or another actor would wait on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from rl_lightning.child_processes import die_with_parent, parent_gone
+from rl_lightning.data.actors.policy_factory import PolicyFactory
+from rl_lightning.data.actors.weights import SharedWeights
+from rl_lightning.data.collector import Collector
+from rl_lightning.envs.base import BatchedEnv
+from rl_lightning.errors import EnvError
+
+POLL_S = 0.05
+
+
+@dataclass
+class ActorSpec:
+    """Who actor ``index`` is and what it steps: everything it needs, picklable, sent once at start.
+
+    Attributes:
+        index: the actor's number; its envs are columns ``index·num_envs ...`` of the learner's rollout.
+        generation: how many times this actor was (re)started before; part of its seeds.
+        env: the env core (``TorchEnv``), copied into the process.
+        num_envs: envs this actor steps.
+        num_steps: ticks per rollout.
+        env_seed: seeds the envs; ``sampling_seed`` the action sampling.
+        check_env: validate every action; ``check_finite``: watch for NaN/inf observations and rewards.
+        policy: builds the acting module.
+        parent_pid: the learner's pid (the actor exits when it is gone).
+        num_slots: shared rollout slots of this actor (the lag bound).
+    """
+
+    index: int
+    generation: int
+    env: Any
+    num_envs: int
+    num_steps: int
+    env_seed: int
+    sampling_seed: int
+    check_env: bool
+    check_finite: bool
+    policy: PolicyFactory
+    parent_pid: int
+    num_slots: int
+
+
+@dataclass
+class ActorChannels:
+    """The shared objects between the learner and one actor.
+
+    Attributes:
+        weights: the learner's published weights.
+        pipe: this actor's end of its duplex pipe (messages out, free slot numbers in).
+        heartbeat: ``time.monotonic()`` of each actor's last sign of life (``[num_actors]`` float64, shared).
+        stop: ``[1]`` int64, shared: the learner sets it to 1 to end every actor.
+    """
+
+    weights: SharedWeights
+    pipe: Any
+    heartbeat: torch.Tensor
+    stop: torch.Tensor
+
+
+def actor_main(spec: ActorSpec, channels: ActorChannels) -> None:
+    """Entry point of an actor process (``spawn``): set up, then collect until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the whole process group: the learner decides
+    die_with_parent(signal.SIGKILL)  # an actor holds nothing a resume needs
+    if parent_gone(spec.parent_pid):
+        return
+    torch.set_num_threads(1)
+    try:
+        _collect_until_stopped(spec, channels)
+    except BaseException as err:  # noqa: BLE001 - every failure is reported to the learner, then the actor exits
+        with contextlib.suppress(OSError):  # the learner may be gone already
+            channels.pipe.send(("error", spec.index, spec.generation, _describe(err, spec)))
+        raise SystemExit(1) from None
+
+
+def _collect_until_stopped(spec: ActorSpec, channels: ActorChannels) -> None:
+    env = BatchedEnv(spec.env, spec.num_envs, "cpu", spec.env_seed, spec.check_env, spec.check_finite)
+    collector = Collector(env, seed=spec.sampling_seed)
+    module = spec.policy.build()
+    own_weights = module.state_dict()
+    policy = module.acting_policy(env, deterministic=False, training=True)
+    heartbeat, index = channels.heartbeat, spec.index
+
+    def acting(obs: TensorDict, generator: torch.Generator) -> TensorDict:
+        heartbeat[index] = time.monotonic()  # a hung env stops these beats: the learner replaces the actor
+        return policy(obs, generator)
+
+    version, slots = -1, None
+    try:
+        while True:
+            waited = time.perf_counter()
+            slot = _wait(channels.pipe.recv, spec, channels, ready=lambda: channels.pipe.poll(POLL_S))
+            newer = channels.weights.read_into(own_weights, version)
+            while newer is None and version < 0:  # the very first weights
+                _wait(lambda: None, spec, channels, ready=lambda: time.sleep(POLL_S) is None)
+                newer = channels.weights.read_into(own_weights, version)
+            version = version if newer is None else newer
+            wait_s = time.perf_counter() - waited
+            batch = collector.rollout(acting, spec.num_steps, version)
+            stats = {name: float(value) for name, value in collector.episode_stats().items()}
+            if slots is None:  # the layout is known after the first rollout: share it once
+                slots = [batch.clone().share_memory_() for _ in range(spec.num_slots)]
+                channels.pipe.send(("slots", index, spec.generation, slots))
+            slots[slot].update_(batch)
+            message = ("rollout", index, spec.generation, slot, version, stats, collector.last_collect_seconds, wait_s)
+            channels.pipe.send(message)
+    except _Stopped:
+        return
+    finally:
+        collector.close()
+
+
+class _Stopped(Exception):
+    """The learner asked every actor to stop, or went away."""
+
+
+def _wait(take: Callable[[], Any], spec: ActorSpec, channels: ActorChannels, ready: Callable[[], bool]) -> Any:
+    """``take()`` once ``ready()`` (which waits up to ``POLL_S``) says so, beating the heart and watching for a
+    stop in between."""
+    while True:
+        channels.heartbeat[spec.index] = time.monotonic()
+        if int(channels.stop[0]) or parent_gone(spec.parent_pid):
+            raise _Stopped
+        if ready():
+            return take()
+
+
+def _describe(err: BaseException, spec: ActorSpec) -> str:
+    """One line naming the env and the error (the learner prints it when the actor fails too often)."""
+    if isinstance(err, EnvError):
+        return str(err)
+    name = getattr(getattr(spec.env, "spec", None), "name", type(spec.env).__name__)
+    where = traceback.extract_tb(err.__traceback__)[-1] if err.__traceback__ else None
+    at = f" at {where.filename.rsplit('/', 1)[-1]}:{where.lineno}" if where else ""
+    return f"env {name!r} (actor {spec.index}) raised {type(err).__name__}: {err}{at}"
