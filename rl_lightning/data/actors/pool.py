@@ -23,6 +23,8 @@ from rl_lightning.errors import EnvError
 
 POLL_S = 0.05
 JOIN_TIMEOUT_S = 5.0
+#: A new actor imports torch and builds its envs and policy before its first heartbeat: allow it this long.
+STARTUP_TIMEOUT_S = 300.0
 #: Seeds of a restarted actor move by this much per generation, far from every other actor's envs.
 GENERATION_STRIDE = 7_919_113
 
@@ -114,6 +116,7 @@ class ActorPool:
         self.stop_flag = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.heartbeat = torch.zeros(settings.num_actors, dtype=torch.float64).share_memory_()
         self._pids: list[int] = []  # the current actors' pids, read by the finalizer at interpreter exit
+        self._started = [0.0] * settings.num_actors
         self.generation = settings.seed_generation
         self.restarts = 0
         self.dropped_rollouts = 0
@@ -139,7 +142,8 @@ class ActorPool:
         learner_end, actor_end = self.context.Pipe(duplex=True)
         for slot in range(s.max_policy_lag):
             learner_end.send(slot)
-        self.heartbeat[index] = time.monotonic()
+        self.heartbeat[index] = 0.0  # starting: judged by STARTUP_TIMEOUT_S until its first beat
+        self._started[index] = time.monotonic()
         channels = ActorChannels(self.weights, actor_end, self.heartbeat, self.stop_flag)
         process = self.context.Process(target=actor_main, args=(spec, channels), daemon=True, name=f"actor-{index}")
         process.start()
@@ -164,9 +168,12 @@ class ActorPool:
         failures = old.failures_in_a_row + 1
         self.dropped_rollouts += len(old.waiting)
         if failures >= self.settings.max_failures:
+            name = _env_name(self.env)
+            problem = problem.removeprefix(f"env {name!r} ")
             raise EnvError(
-                _env_name(self.env), None, self.settings.num_envs,
-                f"stopped the run: actor {index} failed {failures} times in a row; last: {problem}",
+                name, None, self.settings.num_envs,
+                f"failed {failures} times in a row in actor {index} (each time restarted with fresh seeds), "
+                f"stopping the run; the last time: {problem}",
             )  # fmt: skip
         self.generation += 1
         self.restarts += 1
@@ -182,7 +189,11 @@ class ActorPool:
                 self._receive(actor)  # its last words, if any, name the error
                 if self.actors[index] is actor:
                     self._replace(index, f"actor process exited with code {actor.process.exitcode}")
-            elif now - float(self.heartbeat[index]) > self.settings.heartbeat_timeout_s:
+                continue
+            beat = float(self.heartbeat[index])
+            if beat == 0.0 and now - self._started[index] > STARTUP_TIMEOUT_S:
+                self._replace(index, f"actor did not start within {STARTUP_TIMEOUT_S:g} s")
+            elif beat > 0.0 and now - beat > self.settings.heartbeat_timeout_s:
                 self._replace(index, f"no heartbeat for {self.settings.heartbeat_timeout_s:g} s (hung env?)")
 
     def _receive(self, actor: _Actor) -> bool:

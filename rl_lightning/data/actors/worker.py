@@ -160,5 +160,5 @@ def _describe(err: BaseException, spec: ActorSpec) -> str:
         return str(err)
     name = getattr(getattr(spec.env, "spec", None), "name", type(spec.env).__name__)
     where = traceback.extract_tb(err.__traceback__)[-1] if err.__traceback__ else None
-    at = f" at {where.filename.rsplit('/', 1)[-1]}:{where.lineno}" if where else ""
-    return f"env {name!r} (actor {spec.index}) raised {type(err).__name__}: {err}{at}"
+    at = f" (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})" if where else ""
+    return f"env {name!r} raised {type(err).__name__}: {err}{at}"

@@ -1,0 +1,78 @@
+"""Actor processes beside the learner (``data.num_actors``): the rollout they collect, the lag bound, faults."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from rl_lightning.algos import PPO
+from rl_lightning.child_processes import pid_alive
+from rl_lightning.data.actors import ActorPool, PoolSettings
+from rl_lightning.data.collector import Collector
+from rl_lightning.envs import CartPole, GymnasiumEnv
+from rl_lightning.envs.base import BatchedEnv
+from tests.actor_envs import HangOnceCartPole
+
+
+def _pool(env, module, num_actors=1, num_envs=4, num_steps=16, lag=1, heartbeat_s=60.0, seed=100) -> ActorPool:
+    settings = PoolSettings(num_actors, num_envs, num_steps, lag, 3, heartbeat_s, seed)
+    return ActorPool(settings, env, module.policy_factory(), module.state_dict())
+
+
+@pytest.mark.parametrize("env", [CartPole(), GymnasiumEnv("CartPole-v1")], ids=["torch", "gymnasium"])
+def test_actor_rollouts_equal_the_serial_rollouts_for_the_same_weights_and_seed(env):
+    module = PPO(env_spec=env.spec, hidden_sizes=(16,))
+    pool = _pool(env, module)
+    try:
+        pool.publish(module.state_dict(), 0)
+        from_actor = [pool.next_rollout(0).batch for _ in range(2)]
+    finally:
+        pool.close()
+    collector = Collector(BatchedEnv(env, 4, "cpu", 100), seed=100 + 10_007)
+    policy = module.acting_policy(collector.env, training=True)
+    serial = [collector.rollout(policy, 16, 0) for _ in range(2)]
+    for actor_batch, serial_batch in zip(from_actor, serial, strict=True):
+        names = sorted(serial_batch.keys(True, True))
+        assert sorted(actor_batch.keys(True, True)) == names
+        for name in names:
+            assert torch.equal(actor_batch[name], serial_batch[name]), name
+
+
+@pytest.mark.parametrize("lag", [1, 2])
+def test_no_rollout_lags_more_than_max_policy_lag_behind_a_slow_learner(lag):
+    env = CartPole()
+    module = PPO(env_spec=env.spec, hidden_sizes=(16,))
+    pool = _pool(env, module, num_actors=2, num_envs=4, num_steps=8, lag=lag)
+    lags = []
+    try:
+        for version in range(6):
+            pool.publish(module.state_dict(), version)
+            rollout = pool.next_rollout(version)
+            lags.append(version - int(rollout.batch["policy_version"].min()))
+            time.sleep(0.3)  # the learner, slowed on purpose: the actors fill every slot meanwhile
+        assert pool.dropped_rollouts == 0
+    finally:
+        pool.close()
+    assert max(lags) == lag, lags  # the actors ran as far ahead as allowed, and no further
+
+
+def test_a_hung_actor_is_replaced_and_collection_goes_on(tmp_path):
+    marker = tmp_path / "hung"
+    env = HangOnceCartPole(str(marker), hang_at=20)
+    module = PPO(env_spec=env.spec, hidden_sizes=(16,))
+    pool = _pool(env, module, heartbeat_s=2.0)
+    try:
+        pool.publish(module.state_dict(), 0)
+        first_pid = pool.pids[0]
+        rollouts = [pool.next_rollout(0) for _ in range(3)]  # the 2nd rollout hangs (calls 17..32)
+        assert marker.exists()
+        assert pool.restarts == 1
+        assert pool.pids[0] != first_pid
+        assert not pid_alive(first_pid)
+        assert [r.batch.shape for r in rollouts] == [torch.Size([16, 4])] * 3
+        assert rollouts[-1].stats["actors/restarts"] == 1.0
+    finally:
+        pool.close()
+    assert not any(pid_alive(pid) for pid in pool.pids)
