@@ -126,7 +126,8 @@ def test_an_env_that_always_raises_stops_the_run_with_a_checkpoint_and_one_line(
     assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr
     line = lines[0]
-    assert "env 'CartPole'" in line and "failed 2 times in a row" in line, line
+    assert "env 'CartPole'" in line, line
+    assert "failed 2 times in a row" in line, line
     assert "RuntimeError: simulator broke at call 1" in line, line
     assert "checkpoint of update 2 saved to" in line, line
     saved = _last_checkpoint(tmp_path, 0)
@@ -137,7 +138,8 @@ def test_an_env_that_always_raises_stops_the_run_with_a_checkpoint_and_one_line(
 def test_sigterm_leaves_a_checkpoint_and_no_actor_alive_then_resume_finishes_the_budget(tmp_path):
     proc, actors = _start_and_mark(tmp_path, 1000 * ROLLOUT)
     children = _descendants(proc.pid)
-    assert actors and set(actors) <= set(children)
+    assert actors
+    assert set(actors) <= set(children)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err
@@ -171,6 +173,7 @@ def test_bad_actor_settings_are_refused_in_one_line_before_anything_starts(tmp_p
     result = run_cli([*_args(tmp_path, 10 * ROLLOUT), *extra], tmp_path)
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith(ERROR_PREFIX)]
-    assert len(lines) == 1 and expected in lines[0], result.stderr
+    assert len(lines) == 1, result.stderr
+    assert expected in lines[0], result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").rglob("*.ckpt"))
