@@ -76,3 +76,36 @@ def test_a_hung_actor_is_replaced_and_collection_goes_on(tmp_path):
     finally:
         pool.close()
     assert not any(pid_alive(pid) for pid in pool.pids)
+
+
+def test_self_play_actor_rollouts_equal_the_serial_ones_with_league_and_bots():
+    from rl_lightning.data.actors.recipes import SelfPlayRecipe
+    from rl_lightning.data.selfplay import SelfPlay
+    from rl_lightning.envs.games import OpenSpielEnv
+
+    env = OpenSpielEnv("open_spiel:tic_tac_toe")
+    league = {"size": 2, "snapshot_every_n_updates": 1, "share": 0.5, "bots": {"random": 0.25}}
+    module = PPO(env_spec=env.spec, hidden_sizes=(16,))
+    settings = PoolSettings(1, 4, 12, 1, 3, 60.0, 100)
+    recipe = lambda: SelfPlayRecipe(env, None, league, None)  # noqa: E731 - the pool calls it at each start
+    pool = ActorPool(settings, env, module.policy_factory(), module.state_dict(), recipe)
+    try:
+        from_actor = []
+        for version in range(3):  # a league snapshot at every version: the 3rd rollout plays two snapshots
+            pool.publish(module.state_dict(), version)
+            from_actor.append(pool.next_rollout(version).batch)
+    finally:
+        pool.close()
+    selfplay = SelfPlay(env, None, league)
+    collector = selfplay.collector(BatchedEnv(env, 4, "cpu", 100), 100 + 10_007, module)
+    policy = module.acting_policy(collector.env, training=True)
+    for actor_batch in from_actor:
+        # the actor collects its next rollout as soon as its slot is free: with the newest weights it has then
+        version = int(actor_batch["policy_version"].max())
+        module.updates = module.policy_version = version
+        selfplay.before_rollout(module)
+        serial_batch = collector.rollout(policy, 12, version)
+        assert sorted(actor_batch.keys(True, True)) == sorted(serial_batch.keys(True, True))
+        for name in serial_batch.keys(True, True):
+            assert torch.equal(actor_batch[name], serial_batch[name]), (version, name)
+    assert len(selfplay.league.slots) == min(2, 1 + version)  # the league moved with the versions the actor saw

@@ -186,6 +186,7 @@ class RecurrentPPO(PPO):
         if keys.ACTION_MASK in batch:
             columns[keys.ACTION_MASK] = batch[keys.ACTION_MASK]
         initial = batch[keys.RECURRENT_STATE][0]
+
         def epoch() -> Iterator[dict[str, Any]]:
             perm = torch.randperm(num_envs, generator=self.generator).to(batch.device)
             for start in range(0, num_envs, group):

@@ -120,6 +120,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self.eval_episodes = eval_episodes
         self.eval_seed = eval_seed
         self.selfplay = make_selfplay(env, seats, league)  # multi-seat games only (DESIGN.md §10)
+        self.selfplay_settings = (seats, league)  # what actor processes rebuild their seats and league from
         self.num_actors = num_actors
         self.max_policy_lag = max_policy_lag
         self.actor_max_failures = actor_max_failures
@@ -235,7 +236,11 @@ class OnPolicyDataModule(pl.LightningDataModule):
         """The next rollout from the actor processes (started at the first call), with its learning targets."""
         module = self.trainer.lightning_module
         if self.actors is None:
+            if self.selfplay is not None and self._restored is not None:
+                self.selfplay.load_state_dict(self._restored.get("league"), module)
             self.actors = start_pool(self, module, self._env_seed, self._actor_generation)
+        if self.selfplay is not None:
+            self.selfplay.before_rollout(module)  # the learner's league, checkpointed; the actors keep mirrors
         self.actors.publish(module.state_dict(), module.policy_version)
         gathered = self.actors.next_rollout(module.policy_version)
         self.local_env_steps += gathered.env_steps

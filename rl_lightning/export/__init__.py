@@ -90,5 +90,6 @@ def policy_graph(policy: Policy, mask_dtype: str = "bool", stochastic: bool = Fa
         return SPOPriorGraph(module, mask_dtype, stochastic).eval()
     if isinstance(module, PPO):
         return PPOGraph(module, mask_dtype, stochastic).eval()
-    raise ConfigError(f"export: {type(module).__name__} policies cannot be exported; PPO, RecurrentPPO, SPO and "
-                      "DreamerV3 can")
+    raise ConfigError(
+        f"export: {type(module).__name__} policies cannot be exported; PPO, RecurrentPPO, SPO and DreamerV3 can"
+    )

@@ -26,8 +26,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ckpt_path", required=True, help="a .ckpt that rl-lightning fit saved")
     p.add_argument("--format", required=True, help=f"one of {', '.join(FORMATS)}")
     p.add_argument("--out", default=None, help="the file to write (default: the checkpoint's path, format suffix)")
-    p.add_argument("--stochastic", action="store_true",
-                   help="sample with a `noise` input (U[0,1) per logit, N(0,1) per action dim) instead of the mode")
+    p.add_argument(
+        "--stochastic",
+        action="store_true",
+        help="sample with a `noise` input (U[0,1) per logit, N(0,1) per action dim) instead of the mode",
+    )
     p.add_argument("--mask_dtype", default="bool", help=f"dtype of the action_mask input: {', '.join(MASK_DTYPES)}")
     return p
 

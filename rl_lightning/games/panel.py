@@ -99,8 +99,10 @@ def resolve_panel(
             players.append(Player(RANDOM, _import_bot("rl_lightning.envs.games.bots.RandomBot", owner)))
         elif spec == HEURISTIC:
             if game_key(env.spec.name) not in HEURISTICS:
-                raise ConfigError(f"{owner}: opponents lists 'heuristic' but {env.spec.name} has no bundled "
-                                  f"heuristic (games with one: {sorted(HEURISTICS)}); name a bot class instead")
+                raise ConfigError(
+                    f"{owner}: opponents lists 'heuristic' but {env.spec.name} has no bundled "
+                    f"heuristic (games with one: {sorted(HEURISTICS)}); name a bot class instead"
+                )
             players.append(Player(HEURISTIC, _import_bot(HEURISTICS[game_key(env.spec.name)], owner)))
             check_bot_fits(env, players[-1].bot, f"{owner}: opponents entry {spec!r}")
         elif spec == LEAGUE:
@@ -133,8 +135,7 @@ def play_panel(
 ) -> dict[str, MatchResult]:  # fmt: skip
     """``tested`` against each panel player (``play_match``, with the baseline), keyed by the opponent's name."""
     return {
-        player.name: play_match(env, tested.bot, player.bot, num_deals, seed, duplicate, batch_size)
-        for player in panel
+        player.name: play_match(env, tested.bot, player.bot, num_deals, seed, duplicate, batch_size) for player in panel
     }
 
 

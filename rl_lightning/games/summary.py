@@ -97,9 +97,7 @@ def _two_seat_metrics(result: MatchResult, confidence: float, has_baseline: bool
     out["p_value_win_rate"] = binomial_p_value(wins, wins + losses)
     per_seat = result.outcomes("tested").sum(-1)  # [D, S]
     seat_ended = result.ended("tested")
-    out.update(
-        {f"win_rate_seat{seat}": _mean_ended(per_seat[:, seat] > 0, seat_ended[:, seat]) for seat in range(2)}
-    )
+    out.update({f"win_rate_seat{seat}": _mean_ended(per_seat[:, seat] > 0, seat_ended[:, seat]) for seat in range(2)})
     return out
 
 

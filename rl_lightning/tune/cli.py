@@ -54,13 +54,22 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--n_jobs", type=int, default=1, help="trials run in parallel by this process")
     p.add_argument("--pruner", choices=("median", "halving", "none"), default="median")
     p.add_argument("--pruner_startup_trials", type=int, default=3, help="median: trials before any pruning")
-    p.add_argument("--pruner_warmup_steps", type=int, default=0,
-                   help="median: steps before a trial is pruned (env steps, or updates with an every_n_updates "
-                   "Evaluation; evaluations report at their counter rounded down to its cadence)")
+    p.add_argument(
+        "--pruner_warmup_steps",
+        type=int,
+        default=0,
+        help="median: steps before a trial is pruned (env steps, or updates with an every_n_updates "
+        "Evaluation; evaluations report at their counter rounded down to its cadence)",
+    )
     p.add_argument("--objective", choices=("last_k", "auc"), default="last_k")
     p.add_argument("--last_k", type=int, default=3, help="last_k: evaluations averaged")
-    p.add_argument("--sampler_seed", type=int, default=None, help="TPE sampler seed (give each worker its own); "
-                   "mixed with the study's trial count, so a restarted worker draws new parameters")
+    p.add_argument(
+        "--sampler_seed",
+        type=int,
+        default=None,
+        help="TPE sampler seed (give each worker its own); "
+        "mixed with the study's trial count, so a restarted worker draws new parameters",
+    )
     p.add_argument("--heartbeat", type=int, default=10, help="seconds; a trial silent 3x this long is retried")
     return p
 
@@ -87,8 +96,10 @@ def study_name(options: argparse.Namespace, fit_args: list[str]) -> str:
     if options.study_name:
         return options.study_name
     for index, arg in enumerate(fit_args):
-        value = arg.split("=", 1)[1] if arg.startswith("--config=") else (
-            fit_args[index + 1] if arg == "--config" and index + 1 < len(fit_args) else None
+        value = (
+            arg.split("=", 1)[1]
+            if arg.startswith("--config=")
+            else (fit_args[index + 1] if arg == "--config" and index + 1 < len(fit_args) else None)
         )
         if value is not None:
             return Path(value).stem

@@ -145,12 +145,18 @@ def lookup(config: dict[str, Any], key: str, where: str) -> Any:
         elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
         else:
-            options = [str(k) for k in node] if isinstance(node, dict) else [str(i) for i in range(len(node))] if (
-                isinstance(node, list)
-            ) else []
+            options = (
+                [str(k) for k in node]
+                if isinstance(node, dict)
+                else [str(i) for i in range(len(node))]
+                if (isinstance(node, list))
+                else []
+            )
             close = difflib.get_close_matches(part, options, n=3)
-            hint = f"did you mean {', '.join('.'.join([*walked, c]) for c in close)}?" if close else (
-                f"keys there: {', '.join(options[:12])}" if options else "that value has no keys"
+            hint = (
+                f"did you mean {', '.join('.'.join([*walked, c]) for c in close)}?"
+                if close
+                else (f"keys there: {', '.join(options[:12])}" if options else "that value has no keys")
             )
             raise ConfigError(f"{where}: no such key in the config ({'.'.join([*walked, part])!r}); {hint}")
         walked.append(part)

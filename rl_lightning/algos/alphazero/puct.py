@@ -110,7 +110,6 @@ def _proven(node: _Node, best: float) -> list[float] | None:
     return None
 
 
-
 def check_searchable(env: Any, field: str, who: str = "the search") -> str:
     """Refuse, in one line naming ``field``, an env whose games the search cannot play (before any game is played):
     no engine states (PettingZoo), hidden information (a search of the true state would read it), chance nodes,
@@ -296,7 +295,6 @@ class PUCTSearch:
         return self._observers[key]
 
 
-
 def visit_targets(roots: list[_Node], num_actions: int) -> np.ndarray:
     """``[len(roots), num_actions]``: AlphaZero's policy target of each root, its visit counts normalised, with the
     moves its proofs rule out given no mass.
@@ -325,8 +323,11 @@ def _unrefuted(root: _Node) -> list[int]:
     proven = [r for r in results if r is not None]
     guaranteed = max(proven) if proven else -math.inf
     all_lost = all(r is not None and r <= worst for r in results)
-    return [index for index, result in enumerate(results)
-            if (guaranteed < best if result is None else result >= guaranteed and (result > worst or all_lost))]
+    return [
+        index
+        for index, result in enumerate(results)
+        if (guaranteed < best if result is None else result >= guaranteed and (result > worst or all_lost))
+    ]
 
 
 def root_values(roots: list[_Node]) -> np.ndarray:

@@ -6,6 +6,7 @@ import os
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any
@@ -17,6 +18,7 @@ from tensordict import TensorDict
 from rl_lightning import stop
 from rl_lightning.child_processes import kill_pid, pid_alive
 from rl_lightning.data.actors.policy_factory import PolicyFactory
+from rl_lightning.data.actors.recipes import SingleAgentRecipe
 from rl_lightning.data.actors.weights import SharedWeights
 from rl_lightning.data.actors.worker import ActorChannels, ActorSpec, actor_main
 from rl_lightning.errors import EnvError
@@ -96,6 +98,8 @@ class ActorPool:
         env: the env core each actor copies.
         policy: builds the acting module in each actor.
         state_dict: the learner's acting weights (names, shapes and dtypes of ``publish``).
+        recipe: called at every (re)start of an actor: what it builds its collector from (``recipes.py``); the
+            default is a plain ``Collector``.
         context: the multiprocessing start method (``spawn``: never ``fork`` a process that runs torch threads).
     """
 
@@ -105,11 +109,13 @@ class ActorPool:
         env: Any,
         policy: PolicyFactory,
         state_dict: dict[str, torch.Tensor],
+        recipe: Callable[[], Any] = SingleAgentRecipe,
         context: str = "spawn",
     ) -> None:
         self.settings = settings
         self.env = env
         self.policy = policy
+        self.recipe = recipe
         self.envs_per_actor = settings.num_envs // settings.num_actors
         self.context = mp.get_context(context)
         self.weights = SharedWeights(state_dict)
@@ -137,7 +143,7 @@ class ActorPool:
         env_seed = s.env_seed + index * n + generation * GENERATION_STRIDE
         spec = ActorSpec(
             index, generation, self.env, n, s.num_steps, env_seed, env_seed + 10_007, s.check_env, s.check_finite,
-            self.policy, os.getpid(), s.max_policy_lag,
+            self.policy, os.getpid(), s.max_policy_lag, self.recipe(),
         )  # fmt: skip
         learner_end, actor_end = self.context.Pipe(duplex=True)
         for slot in range(s.max_policy_lag):
@@ -229,7 +235,8 @@ class ActorPool:
         batch = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
         dropped = self.dropped_rollouts - dropped_before
         stats = self._stats(infos, now)
-        return ActorRollout(batch, batch.numel() + dropped * self.envs_per_actor * self.settings.num_steps, stats)
+        per_rollout = self.envs_per_actor * self.settings.num_steps  # env ticks (self-play's carried rows are none)
+        return ActorRollout(batch, (len(parts) + dropped) * per_rollout, stats)
 
     def _take(self, index: int, learner_version: int) -> tuple[TensorDict, tuple[int, dict[str, float], float, float]]:
         """Actor ``index``'s oldest fresh-enough rollout, cloned out of its slot (which is then free again)."""

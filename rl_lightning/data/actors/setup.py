@@ -9,6 +9,7 @@ from typing import Any
 
 from rl_lightning.data.actors.policy_factory import PolicyFactory
 from rl_lightning.data.actors.pool import ActorPool, PoolSettings
+from rl_lightning.data.actors.recipes import SelfPlayRecipe, SingleAgentRecipe
 from rl_lightning.errors import ConfigError
 
 
@@ -36,14 +37,14 @@ def check_actor_config(datamodule: Any, module: Any) -> None:
     if refusal:
         raise ConfigError(f"data.num_actors={n}: {refusal}; set data.num_actors: 0")
     _check_crosses_processes(datamodule.env, "the env", n)
+    if datamodule.selfplay is not None:
+        _check_crosses_processes(datamodule.selfplay_settings, "the seat map and league settings", n)
     _check_crosses_processes(module.policy_factory(), f"{type(module).__name__}'s acting policy", n)
 
 
 def _unsupported(datamodule: Any, module: Any) -> str:
     if not getattr(module, "supports_actor_processes", False):
         return f"{type(module).__name__} does not collect in actor processes yet (PPO and RecurrentPPO do)"
-    if datamodule.selfplay is not None:
-        return "multi-seat games (self-play, leagues, bots) do not collect in actor processes yet"
     if datamodule.compile:
         return "data.compile (the fused rollout step) runs in the learner only"
     return ""
@@ -82,4 +83,12 @@ def start_pool(datamodule: Any, module: Any, env_seed: int, seed_generation: int
     )
     factory: PolicyFactory = module.policy_factory()
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # read by each actor's torch at import, before its first op
-    return ActorPool(settings, datamodule.env, factory, module.state_dict())
+    return ActorPool(settings, datamodule.env, factory, module.state_dict(), _recipe(datamodule))
+
+
+def _recipe(datamodule: Any) -> Any:
+    """What each actor builds its collector from, read afresh at every (re)start (the league moves on)."""
+    if datamodule.selfplay is None:
+        return SingleAgentRecipe
+    seats, league = datamodule.selfplay_settings
+    return lambda: SelfPlayRecipe(datamodule.env, seats, league, datamodule.selfplay.state_dict())

@@ -32,7 +32,6 @@ from tensordict import TensorDict
 from rl_lightning.child_processes import die_with_parent, parent_gone
 from rl_lightning.data.actors.policy_factory import PolicyFactory
 from rl_lightning.data.actors.weights import SharedWeights
-from rl_lightning.data.collector import Collector
 from rl_lightning.envs.base import BatchedEnv
 from rl_lightning.errors import EnvError
 
@@ -68,6 +67,7 @@ class ActorSpec:
     policy: PolicyFactory
     parent_pid: int
     num_slots: int
+    recipe: Any
 
 
 @dataclass
@@ -104,8 +104,8 @@ def actor_main(spec: ActorSpec, channels: ActorChannels) -> None:
 
 def _collect_until_stopped(spec: ActorSpec, channels: ActorChannels) -> None:
     env = BatchedEnv(spec.env, spec.num_envs, "cpu", spec.env_seed, spec.check_env, spec.check_finite)
-    collector = Collector(env, seed=spec.sampling_seed)
     module = spec.policy.build()
+    collector = spec.recipe.build(env, spec.sampling_seed, module)
     own_weights = module.state_dict()
     policy = module.acting_policy(env, deterministic=False, training=True)
     heartbeat, index = channels.heartbeat, spec.index
@@ -123,7 +123,9 @@ def _collect_until_stopped(spec: ActorSpec, channels: ActorChannels) -> None:
             while newer is None and version < 0:  # the very first weights
                 _wait(lambda: None, spec, channels, ready=lambda: time.sleep(POLL_S) is None)
                 newer = channels.weights.read_into(own_weights, version)
-            version = version if newer is None else newer
+            if newer is not None:
+                version = module.updates = module.policy_version = newer  # the clock a league snapshot reads
+                spec.recipe.before_rollout(module)
             wait_s = time.perf_counter() - waited
             batch = collector.rollout(acting, spec.num_steps, version)
             stats = {name: float(value) for name, value in collector.episode_stats().items()}

@@ -228,6 +228,17 @@ class OpenSpielEnv(TurnBasedGameEnv):
             perfect_information=game_type.information == pyspiel.GameType.Information.PERFECT_INFORMATION,
         )
 
+    def __getstate__(self) -> dict[str, Any]:
+        """All but the observer (a pyspiel handle, not picklable) and the live games: a process that receives a
+        pickled copy (an actor, ``data.num_actors``) makes its own observer in ``__setstate__`` and starts no game."""
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_observer", "_view")}
+        state["_rows"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._setup_observer(self.observation)
+
     def _setup_observer(self, observation: str) -> None:
         """Pick the tensor (``observation`` option) and make the observer that writes it into a reused buffer."""
         from open_spiel.python.observation import INFO_STATE_OBS_TYPE, make_observation

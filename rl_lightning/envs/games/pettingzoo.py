@@ -188,6 +188,23 @@ class _Row(GameRow):
 _TERMINATED, _TRUNCATED = 1, 2  # ``_Row.left`` codes
 
 
+class _AecMaker:
+    """Makes one AEC env of ``env_id`` (picklable, unlike a closure: an actor process rebuilds its games with it)."""
+
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any]) -> None:
+        self.env_id, self.env_kwargs = env_id, env_kwargs
+        self._make = env_factory(env_id, env_kwargs)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"env_id": self.env_id, "env_kwargs": self.env_kwargs}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["env_id"], state["env_kwargs"])
+
+    def __call__(self) -> Any:
+        return as_aec(self._make(), self.env_id)
+
+
 class PettingZooEnv(TurnBasedGameEnv):
     """A PettingZoo AEC or Parallel env, ``num_envs`` copies, one seat acting per copy and tick.
 
@@ -218,8 +235,7 @@ class PettingZooEnv(TurnBasedGameEnv):
             raise ConfigError(f"max_episode_steps={max_episode_steps}: must be >= 0 (0: no step limit)")
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs or {})
-        make = env_factory(env_id, self.env_kwargs)
-        self._make = lambda: as_aec(make(), env_id)
+        self._make = _AecMaker(env_id, self.env_kwargs)
         try:
             prototype = self._make()
             prototype.reset(seed=0)
@@ -247,6 +263,10 @@ class PettingZooEnv(TurnBasedGameEnv):
             num_seats=len(self.agents),
             perfect_information=perfect_information,
         )
+
+    def __getstate__(self) -> dict[str, Any]:
+        """All but the live games: a process that receives a pickled copy (an actor) starts its own."""
+        return {**self.__dict__, "_rows": {}}
 
     # ---- rows ----------------------------------------------------------------------------------------------------
     def _new_row(self, seed: int) -> _Row:

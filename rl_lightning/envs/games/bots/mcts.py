@@ -57,8 +57,10 @@ class OpenSpielMCTSBot:
             raise ConfigError(f"{field}: {name} pays rewards during the game; OpenSpiel's MCTSBot searches games "
                               "with terminal rewards only")  # fmt: skip
         if not env.spec.perfect_information:
-            raise ConfigError(f"{field}: {name} hides information, and a search of the true state would read it; "
-                              "use OpenSpielMCTSBot on perfect-information games (connect_four, tic_tac_toe)")
+            raise ConfigError(
+                f"{field}: {name} hides information, and a search of the true state would read it; "
+                "use OpenSpielMCTSBot on perfect-information games (connect_four, tic_tac_toe)"
+            )
 
     def __call__(
         self,
