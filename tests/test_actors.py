@@ -21,9 +21,23 @@ def _pool(env, module, num_actors=1, num_envs=4, num_steps=16, lag=1, heartbeat_
     return ActorPool(settings, env, module.policy_factory(), module.state_dict())
 
 
-@pytest.mark.parametrize("env", [CartPole(), GymnasiumEnv("CartPole-v1")], ids=["torch", "gymnasium"])
-def test_actor_rollouts_equal_the_serial_rollouts_for_the_same_weights_and_seed(env):
-    module = PPO(env_spec=env.spec, hidden_sizes=(16,))
+def _spo(env):
+    from tests.helpers import tiny_spo
+
+    return tiny_spo(env)[0]
+
+
+@pytest.mark.parametrize(
+    ("env", "build"),
+    [
+        (CartPole(), lambda env: PPO(env_spec=env.spec, hidden_sizes=(16,))),
+        (GymnasiumEnv("CartPole-v1"), lambda env: PPO(env_spec=env.spec, hidden_sizes=(16,))),
+        (GymnasiumEnv("CartPole-v1"), _spo),  # SPO's search snapshots the actor's own Gymnasium envs
+    ],
+    ids=["ppo-torch", "ppo-gymnasium", "spo-gymnasium"],
+)
+def test_actor_rollouts_equal_the_serial_rollouts_for_the_same_weights_and_seed(env, build):
+    module = build(env)
     pool = _pool(env, module)
     try:
         pool.publish(module.state_dict(), 0)

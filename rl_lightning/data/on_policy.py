@@ -127,7 +127,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self.actor_heartbeat_s = actor_heartbeat_s
         self.actors: ActorPool | None = None
         self._actor_generation = 0  # seed generations used before (a resumed async run starts past them)
-        self._env_seed = 0
+        self._env_seed: int | None = None  # the rank's first env seed, known at setup
         self.world_size = 1
         self.local_env_steps = 0
         self.collector: Collector | None = None
@@ -233,26 +233,31 @@ class OnPolicyDataModule(pl.LightningDataModule):
         return self.last_rollout
 
     def _collect_from_actors(self) -> Rollout:
-        """The next rollout from the actor processes (started at the first call), with its learning targets."""
+        """The next rollout from the actor processes, with its learning targets."""
         module = self.trainer.lightning_module
+        raw, stats = self.actor_rollout(module)
+        self.last_rollout = Rollout(module.process_rollout(raw), stats)
+        return self.last_rollout
+
+    def actor_rollout(self, module: Any) -> tuple[TensorDict, dict[str, torch.Tensor]]:
+        """Publish ``module``'s weights and take the next ``[num_steps, num_envs]`` rollout from the actors (started
+        at the first call, after a resume restored the counters); returns it on the module's device with the
+        ``rollout/*``, ``perf/*`` and ``actors/*`` stats, and counts its env steps."""
         if self.actors is None:
-            if self.selfplay is not None and self._restored is not None:
-                self.selfplay.load_state_dict(self._restored.get("league"), module)
+            assert self._env_seed is not None, "actor_rollout before setup()"
             self.actors = start_pool(self, module, self._env_seed, self._actor_generation)
         if self.selfplay is not None:
             self.selfplay.before_rollout(module)  # the learner's league, checkpointed; the actors keep mirrors
         self.actors.publish(module.state_dict(), module.policy_version)
         gathered = self.actors.next_rollout(module.policy_version)
         self.local_env_steps += gathered.env_steps
-        batch = module.process_rollout(gathered.batch.to(module.device))
         stats = {name: torch.tensor(value) for name, value in gathered.stats.items()}
         now = time.perf_counter()
         if self._last_update_end is not None:
             elapsed = max(now - self._last_update_end, 1e-9)
             stats["perf/env_sps"] = torch.tensor(gathered.env_steps * self.world_size / elapsed)
         self._last_update_end = now
-        self.last_rollout = Rollout(batch, stats)
-        return self.last_rollout
+        return gathered.batch.to(module.device), stats
 
     def rollout_stats(self, episode: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """``rollout/*`` episode stats (synced over ranks) and ``perf/*`` rates of the rollout just collected.
@@ -288,16 +293,15 @@ class OnPolicyDataModule(pl.LightningDataModule):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored = dict(state_dict)
         self._actor_generation = int(state_dict.get("actor_generation", 0))
-        if self.num_actors:
-            self.local_env_steps = int(state_dict.get("local_env_steps", 0))
-        if self.collector is not None:
+        if self.collector is not None or (self.num_actors and self._env_seed is not None):  # after setup
             self._apply_state(self._restored)
 
     def _apply_state(self, state: dict[str, Any]) -> None:
-        assert self.collector is not None
         self.local_env_steps = int(state.get("local_env_steps", 0))
         if self.selfplay is not None and self.trainer is not None:
             self.selfplay.load_state_dict(state.get("league"), self.trainer.lightning_module)
+        if self.collector is None:  # actors: they start afresh, past the seeds used before (``actor_generation``)
+            return
         collectors = state.get("collectors", [])
         rank = self.trainer.global_rank if self.trainer is not None else 0
         if len(collectors) == self.world_size:

@@ -57,6 +57,11 @@ class ReplayDataModule(OnPolicyDataModule):
         eval_episodes: episodes played by ``rl-lightning validate``/``test``; ``None`` takes the ``Evaluation``
             callback's ``num_episodes`` (its other settings always apply there: env form, deterministic, max_steps).
         eval_seed: seed of those episodes' env; ``None`` takes the ``Evaluation`` callback's ``seed``.
+        num_actors: collect in this many actor processes beside the learner (``OnPolicyDataModule``'s setting:
+            each actor runs the acting policy, SPO's search included, on its own envs); ``0``: in the learner.
+        max_policy_lag: with actors: rollouts each actor may collect ahead (SPO's replay is off-policy already).
+        actor_max_failures: with actors: failures of one actor in a row that stop the run with a checkpoint.
+        actor_heartbeat_s: with actors: an actor with no env tick for this long is replaced.
     """
 
     def __init__(
@@ -76,6 +81,10 @@ class ReplayDataModule(OnPolicyDataModule):
         check_env: bool = False,
         eval_episodes: int | None = None,
         eval_seed: int | None = None,
+        num_actors: int = 0,
+        max_policy_lag: int = 1,
+        actor_max_failures: int = 3,
+        actor_heartbeat_s: float = 60.0,
     ) -> None:
         _require_positive("data.rollout_length", rollout_length, "set the env steps per env per update, e.g. 32")
         _require_positive("data.buffer_size", buffer_size, "set the transitions kept per rank, e.g. 65536")
@@ -85,8 +94,10 @@ class ReplayDataModule(OnPolicyDataModule):
         if not isinstance(learning_starts, int) or learning_starts < 0:
             raise ConfigError(f"data.learning_starts={learning_starts!r}: must be an integer >= 0")
         super().__init__(
-            env, num_envs, rollout_length, total_env_steps, seed, device, check_env, eval_episodes, eval_seed
-        )
+            env, num_envs, rollout_length, total_env_steps, seed, device, check_env, eval_episodes, eval_seed,
+            num_actors=num_actors, max_policy_lag=max_policy_lag, actor_max_failures=actor_max_failures,
+            actor_heartbeat_s=actor_heartbeat_s,
+        )  # fmt: skip
         self.rollout_length = rollout_length
         self.buffer_size = buffer_size
         self.batch_size = batch_size
@@ -104,12 +115,11 @@ class ReplayDataModule(OnPolicyDataModule):
         return self.buffer_size // self.num_envs
 
     def setup(self, stage: str) -> None:
-        if self.collector is not None:
+        if self.collector is not None or self.replay is not None:
             return
         super().setup(stage)
-        assert self.collector is not None
-        device = self.collector.env.device
-        seed = self.collector.generator.initial_seed() + 20_011
+        device = self._resolve_device()
+        seed = self._env_seed + 10_007 + 20_011  # the serial collector's sampling seed + 20_011
         self.sample_generator = torch.Generator(device=device).manual_seed(seed)
         self.replay = ReplayRing(self.capacity, self.num_envs, device)
         if self._restored is not None:
@@ -146,12 +156,17 @@ class ReplayDataModule(OnPolicyDataModule):
 
     def collect(self) -> ReplayUpdate:  # type: ignore[override]
         """Collect one rollout with the module's acting policy, store it, and sample this update's batches."""
-        if self.collector is None or self.replay is None or self.sample_generator is None:
+        if self.replay is None or self.sample_generator is None or (self.collector is None and not self.num_actors):
             raise RuntimeError("ReplayDataModule.collect called before setup()")
         module = self.trainer.lightning_module
-        policy = module.acting_policy(self.collector.env, deterministic=False, training=True)
-        rollout = self.collector.rollout(policy, self.rollout_length, module.policy_version)
-        self.local_env_steps += self.rollout_size
+        actor_stats = None
+        if self.num_actors:
+            rollout, actor_stats = self.actor_rollout(module)
+        else:
+            assert self.collector is not None
+            policy = module.acting_policy(self.collector.env, deterministic=False, training=True)
+            rollout = self.collector.rollout(policy, self.rollout_length, module.policy_version)
+            self.local_env_steps += self.rollout_size
         rollout = module.process_rollout(rollout)
         self.replay.add(rollout)
         ready = self.replay.size >= self.sequence_length and self.env_steps >= self.learning_starts
@@ -161,14 +176,14 @@ class ReplayDataModule(OnPolicyDataModule):
             flat = self.replay.sample_sequences(total, self.sequence_length, self.sample_generator)
             batches = flat.reshape(self.sequence_length, self.gradient_steps, self.batch_size).transpose(0, 1)
             self.local_gradient_steps += self.gradient_steps
-        update = ReplayUpdate(batches, rollout, self._stats())
+        update = ReplayUpdate(batches, rollout, self._stats(actor_stats))
         if batches is not None:
             self.last_rollout = Rollout(batches, update.stats)  # what FailFast saves to replay a bad update
         return update
 
-    def _stats(self) -> dict[str, torch.Tensor]:
+    def _stats(self, actor_stats: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         assert self.replay is not None
-        stats = self.rollout_stats()
+        stats = self.rollout_stats() if actor_stats is None else actor_stats
         stats["replay/size"] = torch.tensor(float(len(self.replay) * self.world_size))
         stats["replay/fill"] = torch.tensor(self.replay.size / self.replay.capacity)
         stats["replay/ratio_actual"] = torch.tensor(self.local_gradient_steps / max(self.local_env_steps, 1))
@@ -187,7 +202,7 @@ class ReplayDataModule(OnPolicyDataModule):
 
     def _apply_state(self, state: dict[str, Any]) -> None:
         super()._apply_state(state)
-        if self.replay is not None:
+        if self.replay is not None and self.sample_generator is not None:
             self._apply_replay_state(state)
 
     def _apply_replay_state(self, state: dict[str, Any]) -> None:

@@ -108,6 +108,7 @@ class SPO(SPOLosses, RLModule):
     """
 
     family = "spo"
+    supports_actor_processes = True  # the search runs on the actor's own envs (snapshots of its states)
 
     def __init__(
         self,
