@@ -6,6 +6,7 @@ import time
 
 import pytest
 import torch
+from tensordict import TensorDict
 
 from rl_lightning.algos import PPO
 from rl_lightning.child_processes import pid_alive
@@ -123,3 +124,31 @@ def test_self_play_actor_rollouts_equal_the_serial_ones_with_league_and_bots():
         for name in serial_batch.keys(True, True):
             assert torch.equal(actor_batch[name], serial_batch[name]), (version, name)
     assert len(selfplay.league.slots) == min(2, 1 + version)  # the league moved with the versions the actor saw
+
+
+def test_dreamer_actor_windows_equal_the_serial_ones_prefill_then_player():
+    from rl_lightning.data.actors.recipes import DreamerRecipe
+    from rl_lightning.data.sequence_collector import SequenceCollector
+    from rl_lightning.evaluation import random_action
+    from tests.helpers import tiny_dreamer
+
+    env = CartPole()
+    module = tiny_dreamer(env)[0]
+    settings = PoolSettings(1, 2, 8, 1, 3, 60.0, 100)
+    # the first window is the prefill's (16 env steps: uniform random), the next two the player's
+    pool = ActorPool(settings, env, module.policy_factory(), module.state_dict(), lambda: DreamerRecipe(16, 0, 16))
+    try:
+        pool.publish(module.state_dict(), 0)
+        from_actor = [pool.next_rollout(0).batch for _ in range(3)]
+    finally:
+        pool.close()
+    collector = SequenceCollector(BatchedEnv(env, 2, "cpu", 100), seed=100 + 10_007)
+
+    def prefill(view, gen):
+        return TensorDict({"action": random_action(env.spec, view, gen)}, batch_size=view.batch_size)
+
+    player = module.player(2, torch.device("cpu"))
+    for policy, actor_batch in zip([prefill, player, player], from_actor, strict=True):
+        serial_batch = torch.cat([collector.rollout(policy, 4, 0), collector.rollout(policy, 4, 0)])  # two commits
+        for name in serial_batch.keys(True, True):
+            assert torch.equal(actor_batch[name], serial_batch[name]), name

@@ -38,6 +38,7 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning import keys
+from rl_lightning.data.actors.recipes import DreamerRecipe
 from rl_lightning.data.on_policy import OnPolicyDataModule, Rollout, _gather_per_rank, _require_positive
 from rl_lightning.data.ratio import Ratio
 from rl_lightning.data.replay import ReplayRing, check_sequence_replay
@@ -98,6 +99,13 @@ class DreamerDataModule(OnPolicyDataModule):
         eval_episodes: episodes played by ``rl-lightning validate``/``test``; ``None`` takes the ``Evaluation``
             callback's ``num_episodes`` (its other settings always apply there: env form, deterministic, max_steps).
         eval_seed: seed of those episodes' env; ``None`` takes the ``Evaluation`` callback's ``seed``.
+        num_actors: collect in this many actor processes beside the learner (``OnPolicyDataModule``'s setting): each
+            steps its envs with its own player (uniform random during the prefill) and hands whole windows back,
+            which the learner adds to its ring and trains on at ``replay_ratio``. Replaces the ``engine`` (CPU
+            actors; the learner may still sit on a GPU). ``0``: the engine above.
+        max_policy_lag: with actors: windows each actor may collect ahead of the learner.
+        actor_max_failures: with actors: failures of one actor in a row that stop the run with a checkpoint.
+        actor_heartbeat_s: with actors: an actor with no env tick for this long is replaced.
     """
 
     def __init__(
@@ -122,6 +130,10 @@ class DreamerDataModule(OnPolicyDataModule):
         check_env: bool = False,
         eval_episodes: int | None = None,
         eval_seed: int | None = None,
+        num_actors: int = 0,
+        max_policy_lag: int = 1,
+        actor_max_failures: int = 3,
+        actor_heartbeat_s: float = 60.0,
     ) -> None:
         _require_positive("data.rollout_length", rollout_length, "set the ticks per actor window, e.g. 16")
         _require_positive("data.buffer_size", buffer_size, "set the replay rows kept per rank, e.g. 1000000")
@@ -132,8 +144,10 @@ class DreamerDataModule(OnPolicyDataModule):
             raise ConfigError(f"data.learning_starts={learning_starts!r}: must be an integer >= 0")
         self.ratio = Ratio(replay_ratio, pretrain_steps)  # validates both
         super().__init__(
-            env, num_envs, rollout_length, total_env_steps, seed, device, check_env, eval_episodes, eval_seed
-        )
+            env, num_envs, rollout_length, total_env_steps, seed, device, check_env, eval_episodes, eval_seed,
+            num_actors=num_actors, max_policy_lag=max_policy_lag, actor_max_failures=actor_max_failures,
+            actor_heartbeat_s=actor_heartbeat_s,
+        )  # fmt: skip
         self.rollout_length = rollout_length
         self.buffer_size = buffer_size
         self.batch_size = batch_size
@@ -198,13 +212,12 @@ class DreamerDataModule(OnPolicyDataModule):
             yield
 
     def setup(self, stage: str) -> None:
-        if self.collector is not None:
+        if self.collector is not None or self.replay is not None:
             return
-        self.handoff = self._make_handoff(self._resolve_device())
+        self.handoff = None if self.num_actors else self._make_handoff(self._resolve_device())
         super().setup(stage)
-        assert self.collector is not None
-        device = self.collector.env.device
-        seed = self.collector.generator.initial_seed() + 20_011
+        device = self._resolve_device()
+        seed = self._env_seed + 10_007 + 20_011  # the serial collector's sampling seed + 20_011
         self.sample_generator = torch.Generator(device=device).manual_seed(seed)
         self.replay = ReplayRing(self.capacity, self.num_envs, device, safety_margin=self.safety_margin)
         self._actor_timer = PhaseTimer(device)
@@ -232,6 +245,11 @@ class DreamerDataModule(OnPolicyDataModule):
             )
 
     def _check_engine(self, device: torch.device) -> None:
+        if self.num_actors and self.engine == "cuda_async":
+            raise ConfigError(
+                f"data.engine='cuda_async' overlaps acting and learning on CUDA streams and data.num_actors="
+                f"{self.num_actors} in processes: choose one (engine: auto with actors)"
+            )
         if self.engine == "cuda_async" and device.type != "cuda":
             raise ConfigError(f"data.engine='cuda_async' needs a CUDA device, got {device}; use 'cpu' or 'auto'")
         if device.type == "cuda" and self.engine != "cpu" and self.safety_margin < self.rollout_length:
@@ -244,9 +262,12 @@ class DreamerDataModule(OnPolicyDataModule):
     # ----- one engine cycle ---------------------------------------------------------------------------------
     def collect(self) -> DreamerUpdate:  # type: ignore[override]
         """Run one actor window and sample this cycle's batches (see the module docstring for the order)."""
-        if self.collector is None or self.replay is None:
+        if self.replay is None or (self.collector is None and not self.num_actors):
             raise RuntimeError("DreamerDataModule.collect called before setup()")
         module = self.trainer.lightning_module
+        if self.num_actors:
+            return self._collect_from_actors()
+        assert self.collector is not None
         if self.handoff is not None:
             self.handoff.acquire()  # window k−1 is done: its rows, episode sums and env state are complete
             self.collector.env.check_outputs()  # NaN/inf of earlier windows, before their rows are sampled
@@ -262,6 +283,24 @@ class DreamerDataModule(OnPolicyDataModule):
         if batches is not None:
             self.last_rollout = Rollout(batches, update.stats)  # what FailFast saves to replay a bad update
         return update
+
+    def _collect_from_actors(self) -> DreamerUpdate:  # type: ignore[override]
+        """Add the actors' next window to the ring (committed whole) and sample this cycle's batches."""
+        assert self.replay is not None
+        module = self.trainer.lightning_module
+        rows, stats = self.actor_rollout(module)
+        self.replay.add(rows.to(self.replay.device))
+        self.replay.commit(None)
+        batches = self._sample(self._due())
+        update = DreamerUpdate(batches, self._stats(module, {}, stats))
+        if batches is not None:
+            self.last_rollout = Rollout(batches, update.stats)
+        return update
+
+    def actor_recipe(self) -> DreamerRecipe:
+        """What an actor starting now builds: the sequence collector, the prefill still to do, then the player."""
+        per_rollout = self.rollout_size * self.world_size  # what the run collects while one actor collects one
+        return DreamerRecipe(self.learning_starts, self.env_steps, per_rollout)
 
     def _policy(self, module: Any) -> Any:
         if self.env_steps < self.learning_starts:
@@ -338,10 +377,12 @@ class DreamerDataModule(OnPolicyDataModule):
         self.local_gradient_steps += due
         return flat.reshape(self.sequence_length, due, self.batch_size).transpose(0, 1)
 
-    def _stats(self, module: Any, episode: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def _stats(
+        self, module: Any, episode: dict[str, torch.Tensor], actor_stats: dict[str, torch.Tensor] | None = None
+    ) -> dict[str, torch.Tensor]:
         assert self.replay is not None
         assert self._actor_timer is not None
-        stats = self.rollout_stats(episode)
+        stats = self.rollout_stats(episode) if actor_stats is None else actor_stats
         trained = self.local_env_steps - self.train_start if self.train_start is not None else 0
         stats["replay/size"] = torch.tensor(float(len(self.replay) * self.world_size))
         stats["replay/fill"] = torch.tensor(self.replay.size / self.replay.capacity)

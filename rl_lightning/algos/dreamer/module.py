@@ -92,6 +92,7 @@ class DreamerV3(RLModule):
     """
 
     family = "dreamer"
+    supports_actor_processes = True  # actors act with their own player; the learner trains on the windows
 
     def __init__(
         self,

@@ -174,12 +174,10 @@ class ActorPool:
         failures = old.failures_in_a_row + 1
         self.dropped_rollouts += len(old.waiting)
         if failures >= self.settings.max_failures:
-            name = _env_name(self.env)
-            problem = problem.removeprefix(f"env {name!r} ")
             raise EnvError(
-                name, None, self.settings.num_envs,
-                f"failed {failures} times in a row in actor {index} (each time restarted with fresh seeds), "
-                f"stopping the run; the last time: {problem}",
+                _env_name(self.env), None, self.settings.num_envs,
+                f"in actor {index}: the actor failed {failures} times in a row (each time restarted with fresh "
+                f"seeds), stopping the run; last error: {problem}",
             )  # fmt: skip
         self.generation += 1
         self.restarts += 1

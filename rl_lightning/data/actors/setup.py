@@ -88,6 +88,9 @@ def start_pool(datamodule: Any, module: Any, env_seed: int, seed_generation: int
 
 def _recipe(datamodule: Any) -> Any:
     """What each actor builds its collector from, read afresh at every (re)start (the league moves on)."""
+    own = getattr(datamodule, "actor_recipe", None)  # a datamodule with its own collector (DreamerV3's)
+    if own is not None:
+        return own
     if datamodule.selfplay is None:
         return SingleAgentRecipe
     seats, league = datamodule.selfplay_settings

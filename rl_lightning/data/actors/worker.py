@@ -107,8 +107,8 @@ def _collect_until_stopped(spec: ActorSpec, channels: ActorChannels) -> None:
     module = spec.policy.build()
     collector = spec.recipe.build(env, spec.sampling_seed, module)
     own_weights = module.state_dict()
-    policy = module.acting_policy(env, deterministic=False, training=True)
     heartbeat, index = channels.heartbeat, spec.index
+    policy: Any = None
 
     def acting(obs: TensorDict, generator: torch.Generator) -> TensorDict:
         heartbeat[index] = time.monotonic()  # a hung env stops these beats: the learner replaces the actor
@@ -127,6 +127,7 @@ def _collect_until_stopped(spec: ActorSpec, channels: ActorChannels) -> None:
                 version = module.updates = module.policy_version = newer  # the clock a league snapshot reads
                 spec.recipe.before_rollout(module)
             wait_s = time.perf_counter() - waited
+            policy = spec.recipe.policy(module, env)
             batch = collector.rollout(acting, spec.num_steps, version)
             stats = {name: float(value) for name, value in collector.episode_stats().items()}
             if slots is None:  # the layout is known after the first rollout: share it once
@@ -157,10 +158,10 @@ def _wait(take: Callable[[], Any], spec: ActorSpec, channels: ActorChannels, rea
 
 
 def _describe(err: BaseException, spec: ActorSpec) -> str:
-    """One line naming the env and the error (the learner prints it when the actor fails too often)."""
+    """One line naming the error and where it was raised (the learner prints it, with the env's name, when the
+    actor fails too often); an ``EnvError`` already names the env and its index."""
     if isinstance(err, EnvError):
         return str(err)
-    name = getattr(getattr(spec.env, "spec", None), "name", type(spec.env).__name__)
     where = traceback.extract_tb(err.__traceback__)[-1] if err.__traceback__ else None
     at = f" (at {where.filename.rsplit('/', 1)[-1]}:{where.lineno})" if where else ""
-    return f"env {name!r} raised {type(err).__name__}: {err}{at}"
+    return f"{type(err).__name__}: {err}{at}"
