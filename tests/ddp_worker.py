@@ -59,6 +59,9 @@ def main(out_dir: str, algo: str) -> None:
 
         _, dm = tiny_ppo(total_env_steps=64 * 2 * 3)
         module = RecurrentPPO(env_spec=dm.env_spec, core_size=8, hidden_sizes=(16,), update_epochs=2, num_minibatches=2)
+    elif algo == "ppo_actors":  # each rank collects in its own actor process (data.num_actors)
+        module, dm = tiny_ppo(total_env_steps=64 * 2 * 3)
+        dm.num_actors = 1
     else:  # 3 updates of 64 steps on each of 2 ranks; "ppo_norm": the digest covers the normaliser buffers
         norm = {"normalize_obs": True, "normalize_reward": True} if algo == "ppo_norm" else {}
         module, dm = tiny_ppo(total_env_steps=64 * 2 * 3, **norm)

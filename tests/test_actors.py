@@ -152,3 +152,22 @@ def test_dreamer_actor_windows_equal_the_serial_ones_prefill_then_player():
         serial_batch = torch.cat([collector.rollout(policy, 4, 0), collector.rollout(policy, 4, 0)])  # two commits
         for name in serial_batch.keys(True, True):
             assert torch.equal(actor_batch[name], serial_batch[name]), name
+
+
+def test_episode_means_over_actors_weigh_each_actor_by_its_finished_episodes():
+    from rl_lightning.data.actors.pool import episode_means, episode_sums
+
+    nan = float("nan")
+    actors = [
+        {"episode_return": 10.0, "episode_length": 5.0, "episodes": 1.0},
+        {"episode_return": 20.0, "episode_length": 9.0, "game_score": 4.0, "episodes": 3.0},
+        {"episode_return": nan, "episode_length": nan, "episodes": 0.0},  # finished nothing in this rollout
+    ]
+    means = episode_means(episode_sums(actors))
+    finished = [10.0, 20.0, 20.0, 20.0]  # the four episodes one by one
+    assert means["rollout/episode_return"] == pytest.approx(sum(finished) / 4)
+    assert means["rollout/episode_length"] == pytest.approx((5 + 3 * 9) / 4)
+    assert means["rollout/game_score"] == pytest.approx(4.0)
+    assert "rollout/episodes" not in means
+    idle = episode_means(episode_sums([actors[2]]))
+    assert idle["rollout/episode_return"] != idle["rollout/episode_return"]  # NaN, as the serial path logs it

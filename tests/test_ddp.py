@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
     [
         "ppo",
         "ppo_norm",
+        "ppo_actors",
         "recurrent_ppo",
         "spo",
         "dreamer",

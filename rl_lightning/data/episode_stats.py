@@ -37,6 +37,10 @@ class FinishedEpisodes:
             "episode_length": self._sums["length"].compute() / count,
         }
 
+    def count(self) -> torch.Tensor:
+        """Episodes finished since the last ``reset`` (synced over ranks)."""
+        return self._sums["count"].compute()
+
     def reset(self) -> None:
         """Start new sums (torchmetrics allocates new state tensors on the current stream)."""
         for metric in self._sums.values():

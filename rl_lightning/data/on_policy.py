@@ -12,7 +12,7 @@ import lightning.pytorch as pl
 import torch
 from tensordict import TensorDict
 
-from rl_lightning.data.actors.pool import ActorPool
+from rl_lightning.data.actors.pool import ActorPool, episode_means
 from rl_lightning.data.actors.setup import check_actor_config, start_pool
 from rl_lightning.data.collector import Collector
 from rl_lightning.data.fused_collector import FusedCollector
@@ -251,6 +251,8 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self.actors.publish(module.state_dict(), module.policy_version)
         gathered = self.actors.next_rollout(module.policy_version)
         self.local_env_steps += gathered.env_steps
+        if self.world_size > 1:  # episode means over every rank's finished episodes, as the serial path logs them
+            gathered.stats.update(episode_means(_merge_sums(_gather_per_rank(gathered.episode_sums, self.world_size))))
         stats = {name: torch.tensor(value) for name, value in gathered.stats.items()}
         now = time.perf_counter()
         if self._last_update_end is not None:
@@ -364,6 +366,15 @@ class RolloutStream:
         if self.datamodule.env_steps >= self.datamodule.total_env_steps:
             raise StopIteration
         return self.datamodule.collect()
+
+
+def _merge_sums(per_rank: list[dict[str, tuple[float, float]]]) -> dict[str, tuple[float, float]]:
+    merged: dict[str, tuple[float, float]] = {}
+    for sums in per_rank:
+        for name, (total, count) in sums.items():
+            old_total, old_count = merged.get(name, (0.0, 0.0))
+            merged[name] = (old_total + total, old_count + count)
+    return merged
 
 
 def _to_cpu(value: Any) -> Any:

@@ -20,7 +20,7 @@ from rl_lightning.child_processes import kill_pid, pid_alive
 from rl_lightning.data.actors.policy_factory import PolicyFactory
 from rl_lightning.data.actors.recipes import SingleAgentRecipe
 from rl_lightning.data.actors.weights import SharedWeights
-from rl_lightning.data.actors.worker import ActorChannels, ActorSpec, actor_main
+from rl_lightning.data.actors.worker import EPISODES, ActorChannels, ActorSpec, actor_main
 from rl_lightning.errors import EnvError
 
 POLL_S = 0.05
@@ -65,12 +65,14 @@ class ActorRollout:
     Attributes:
         batch: ``[num_steps, num_envs]`` transitions, actor ``i``'s envs in columns ``i·n ... (i+1)·n - 1``.
         env_steps: env steps this update accounts for (the rollout's, plus any dropped as too stale or lost).
-        stats: ``rollout/*`` means over actors and ``perf/*`` / ``actors/*`` figures, as floats.
+        stats: ``rollout/*`` means over the actors' finished episodes, and ``perf/*`` / ``actors/*`` figures.
+        episode_sums: ``{name: (sum, episodes)}`` behind each ``rollout/*`` mean, for a mean over ranks.
     """
 
     batch: TensorDict
     env_steps: int
     stats: dict[str, float] = field(default_factory=dict)
+    episode_sums: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -232,9 +234,10 @@ class ActorPool:
         self._learner_wait += now - start
         batch = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
         dropped = self.dropped_rollouts - dropped_before
-        stats = self._stats(infos, now)
+        sums = episode_sums([stats for _, stats, _, _ in infos])
+        stats = {**episode_means(sums), **self._perf(infos, now)}
         per_rollout = self.envs_per_actor * self.settings.num_steps  # env ticks (self-play's carried rows are none)
-        return ActorRollout(batch, (len(parts) + dropped) * per_rollout, stats)
+        return ActorRollout(batch, (len(parts) + dropped) * per_rollout, stats, sums)
 
     def _take(self, index: int, learner_version: int) -> tuple[TensorDict, tuple[int, dict[str, float], float, float]]:
         """Actor ``index``'s oldest fresh-enough rollout, cloned out of its slot (which is then free again)."""
@@ -267,13 +270,8 @@ class ActorPool:
         elif kind == "error":
             self._replace(index, message[3])
 
-    def _stats(self, infos: list[tuple[int, dict[str, float], float, float]], now: float) -> dict[str, float]:
-        episode: dict[str, list[float]] = {}
-        for _, stats, _, _ in infos:
-            for name, value in stats.items():
-                if value == value:  # an actor that finished no episode reports NaN: leave it out of the mean
-                    episode.setdefault(name, []).append(value)
-        result = {f"rollout/{name}": sum(values) / len(values) for name, values in episode.items()}
+    def _perf(self, infos: list[tuple[int, dict[str, float], float, float]], now: float) -> dict[str, float]:
+        result: dict[str, float] = {}
         collect = [collect_s for _, _, collect_s, _ in infos]
         busy = [collect_s / max(collect_s + wait_s, 1e-9) for _, _, collect_s, wait_s in infos]
         elapsed = max(now - self._since, 1e-9)
@@ -306,6 +304,26 @@ class ActorPool:
         for pid in pids:
             if pid is not None and pid_alive(pid):
                 kill_pid(pid)
+
+
+def episode_sums(stats: list[dict[str, float]]) -> dict[str, tuple[float, float]]:
+    """``{name: (sum, episodes)}`` over actors' episode means, each weighted by the episodes behind it (an actor
+    that finished none reports NaN and weighs 0)."""
+    sums: dict[str, tuple[float, float]] = {}
+    for entry in stats:
+        weight = entry.get(EPISODES, 0.0)
+        for name, value in entry.items():
+            if name != EPISODES and value == value and weight > 0:
+                total, count = sums.get(name, (0.0, 0.0))
+                sums[name] = (total + value * weight, count + weight)
+    return sums
+
+
+def episode_means(sums: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """``rollout/<name>`` means of ``episode_sums`` (NaN for the return and length when no episode finished)."""
+    means = {"rollout/episode_return": float("nan"), "rollout/episode_length": float("nan")}
+    means.update({f"rollout/{name}": total / count for name, (total, count) in sums.items()})
+    return means
 
 
 def _env_name(env: Any) -> str:

@@ -36,6 +36,8 @@ from rl_lightning.envs.base import BatchedEnv
 from rl_lightning.errors import EnvError
 
 POLL_S = 0.05
+#: The stats entry holding how many episodes an actor's rollout finished (the weight of its means).
+EPISODES = "episodes"
 
 
 @dataclass
@@ -129,7 +131,9 @@ def _collect_until_stopped(spec: ActorSpec, channels: ActorChannels) -> None:
             wait_s = time.perf_counter() - waited
             policy = spec.recipe.policy(module, env)
             batch = collector.rollout(acting, spec.num_steps, version)
+            episodes = float(collector.finished.count())  # the weight of this actor's means; read before the reset
             stats = {name: float(value) for name, value in collector.episode_stats().items()}
+            stats[EPISODES] = episodes
             if slots is None:  # the layout is known after the first rollout: share it once
                 slots = [batch.clone().share_memory_() for _ in range(spec.num_slots)]
                 channels.pipe.send(("slots", index, spec.generation, slots))
