@@ -7,8 +7,10 @@ Not part of the package: the benchmarks call it as a subprocess with ``--peer-py
     python sb3_ppo.py collect --env halfcheetah --num-envs 8 --steps 2000 --vec dummy|subproc
     python sb3_ppo.py collect --env breakout --num-envs 8 --steps 500 --vec subproc
     python sb3_ppo.py solve --env cartpole --seed 0 [--eval-every 1024 --eval-episodes 20 --target 475]
+    python sb3_ppo.py solve --env halfcheetah --target 3000 --eval-every 10240 --eval-episodes 5 --total-env-steps 1e6
 
-``train`` times ``model.learn`` (training only; the optional evaluation afterwards is timed apart).
+``train`` times ``model.learn`` (training only; the optional evaluation afterwards is timed apart), on ``--vec``'s
+VecEnv; ``cpu_seconds`` is the process's own CPU time (user + system) over the same span.
 Settings are rl-baselines3-zoo's (``hyperparams/ppo.yml``): HalfCheetah (``normalize: true`` → ``VecNormalize``
 with the agent's γ), CartPole-v1, and Atari (``AtariWrapper``, 8 envs, ``CnnPolicy``).
 ``solve`` trains until the first evaluation (``--eval-episodes`` deterministic episodes on a separate env, every
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import time
 
 import gymnasium as gym
@@ -110,12 +113,19 @@ def evaluate(model: PPO, venv, env_id: str, episodes: int) -> float:
     return float(np.mean(returns))
 
 
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of its children that have been waited for."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def train(args: argparse.Namespace) -> dict:
-    model, venv = build(args.env, None, args.seed, "dummy")
-    start = time.perf_counter()
+    model, venv = build(args.env, None, args.seed, args.vec)
+    start, cpu = time.perf_counter(), cpu_seconds()
     model.learn(total_timesteps=args.total_env_steps)
     seconds = time.perf_counter() - start
-    out = {"peer": "sb3", "env": args.env, "env_steps": int(model.num_timesteps), "train_seconds": seconds}
+    out = {"peer": "sb3", "env": args.env, "env_steps": int(model.num_timesteps), "train_seconds": seconds,
+           "cpu_seconds": cpu_seconds() - cpu, "vec": args.vec}  # fmt: skip
     if args.eval_episodes:
         start = time.perf_counter()
         out["eval_return"] = evaluate(model, venv, ENV_IDS[args.env], args.eval_episodes)
@@ -125,12 +135,14 @@ def train(args: argparse.Namespace) -> dict:
 
 class SolveCallback(BaseCallback):
     """After each update (the start of the next rollout), evaluate when env steps pass a multiple of ``every``; stop
-    learning at the first evaluation whose mean return reaches ``target``. Evaluation time is summed apart."""
+    learning at the first evaluation whose mean return reaches ``target``. Evaluation time (and its CPU time) is
+    summed apart. With ``VecNormalize`` (HalfCheetah) the evaluation env normalises observations with the training
+    statistics of the moment, frozen, and scores raw returns (``Monitor``'s), as ``evaluate`` does."""
 
     def __init__(self, eval_env, every: int, episodes: int, target: float) -> None:
         super().__init__()
         self.eval_env, self.every, self.episodes, self.target = eval_env, every, episodes, target
-        self.next_eval, self.eval_seconds, self.crossed_at = every, 0.0, None
+        self.next_eval, self.eval_seconds, self.eval_cpu_seconds, self.crossed_at = every, 0.0, 0.0, None
         self.history: list[tuple[int, float]] = []
 
     def _on_rollout_start(self) -> None:
@@ -138,9 +150,13 @@ class SolveCallback(BaseCallback):
             return
         while self.next_eval <= self.num_timesteps:
             self.next_eval += self.every
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), cpu_seconds()
+        normalize = self.model.get_vec_normalize_env()
+        if normalize is not None:
+            self.eval_env.obs_rms = normalize.obs_rms.copy()
         mean, _ = evaluate_policy(self.model, self.eval_env, n_eval_episodes=self.episodes, deterministic=True)
         self.eval_seconds += time.perf_counter() - start
+        self.eval_cpu_seconds += cpu_seconds() - cpu
         self.history.append((int(self.num_timesteps), float(mean)))
         if mean >= self.target:
             self.crossed_at = int(self.num_timesteps)
@@ -150,15 +166,18 @@ class SolveCallback(BaseCallback):
 
 
 def solve(args: argparse.Namespace) -> dict:
-    model, _ = build(args.env, None, args.seed, "dummy")
+    model, venv = build(args.env, None, args.seed, "dummy")
     eval_env = make_vec_env(ENV_IDS[args.env], n_envs=1, seed=10_000 + args.seed)
+    if isinstance(venv, VecNormalize):
+        eval_env = VecNormalize(eval_env, training=False, norm_reward=False, gamma=venv.gamma)
     callback = SolveCallback(eval_env, args.eval_every, args.eval_episodes, args.target)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_seconds()
     model.learn(total_timesteps=args.total_env_steps, callback=callback)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu
     return {"peer": "sb3", "env": args.env, "seed": args.seed, "crossed": callback.crossed_at is not None,
             "env_steps": callback.crossed_at or int(model.num_timesteps), "train_seconds": wall - callback.eval_seconds,
-            "eval_seconds": callback.eval_seconds, "history": callback.history}  # fmt: skip
+            "cpu_seconds": cpu - callback.eval_cpu_seconds, "eval_seconds": callback.eval_seconds,
+            "history": callback.history}  # fmt: skip
 
 
 def collect(args: argparse.Namespace) -> dict:
@@ -192,7 +211,7 @@ def main() -> None:
     parser.add_argument("mode", choices=["train", "collect", "solve"])
     parser.add_argument("--env", default="halfcheetah")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--total-env-steps", type=int, default=100_000)
+    parser.add_argument("--total-env-steps", type=lambda v: int(float(v)), default=100_000, help="1e6 or 1000000")
     parser.add_argument("--eval-episodes", type=int, default=0)
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=1000, help="collect: ticks per timed rollout")

@@ -1,0 +1,350 @@
+"""Collection beside learning (issue 35): the serial path, actor processes (``data.num_actors``) and the peers, side
+by side in one run, interleaved seed by seed, with wall and CPU seconds for every run.
+
+    python benchmarks/speed/async_collection.py --quick                       # every section, short budgets
+    python benchmarks/speed/async_collection.py --seeds 0,1,2                 # the throughput figures
+    python benchmarks/speed/async_collection.py --sections halfcheetah --full --seeds 0,1,2   # time to 3,000, 1M return
+    python benchmarks/speed/async_collection.py --sections breakout --full    # Breakout learning curves to 1M
+
+Sections (each its own function; sides in ``--actors``, 0 = serial):
+  halfcheetah  PPO ``ppo_halfcheetah.yaml`` against SB3 (rl-zoo settings) and Sample Factory 2.1's MuJoCo example:
+               env steps/s over ``--cheetah-steps``; ``--full``: training seconds to the first evaluation >= 3,000
+               (5 deterministic episodes every 10,240 env steps, their time taken out) and ours' 1M-step return.
+  breakout     PPO ``ppo_atari.yaml`` (8 envs) against SB3's ``train`` (rl-zoo Atari): end-to-end agent steps/s;
+               ``--full``: the config's own evaluations to 1M agent steps.
+  hearts       ``ppo_hearts.yaml`` without its GameEvaluation: decisions/s over the whole fit.
+  connect_four ``alphazero_connect_four.yaml`` without its GameEvaluation: env steps in ``--c4-seconds`` of fit.
+
+Ours run ``rl_lightning.cli`` in a subprocess (this script's ``_fit`` mode): the config with its callbacks replaced
+(no checkpoints; an ``Evaluation`` only where timed), its TensorBoard events read back with TensorBoard's loader
+(``perf/actor_busy``, ``perf/learner_busy``, ``policy/lag``, ``eval/episode_return`` and the training seconds at
+each evaluation). Peers run in their own virtual environments (``--sb3-python``, ``--sf-python``). "train s" is the
+fit's (``learn``'s) wall time, evaluation taken out; "CPU s" the user + system seconds over the same span, actor
+and env processes included; "proc" columns are the whole subprocess (start-up included), from ``getrusage``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = Path(__file__).resolve().parents[1] / "shared"
+SB3 = Path(__file__).resolve().parents[1] / "peers" / "sb3_ppo.py"
+SECTIONS = ("halfcheetah", "breakout", "hearts", "connect_four")
+DEFAULT_ACTORS = {"halfcheetah": [0, 1], "breakout": [0, 1, 2], "hearts": [0, 1], "connect_four": [0, 1, 2]}
+CONFIGS = {"halfcheetah": "ppo_halfcheetah.yaml", "breakout": "ppo_atari.yaml", "hearts": "ppo_hearts.yaml",
+           "connect_four": "alphazero_connect_four.yaml"}  # fmt: skip
+CHEETAH_EVAL_EVERY, CHEETAH_TARGET = 10_240, 3000.0
+
+
+def cpu_seconds() -> float:
+    """User + system seconds of this process and its waited-for descendants."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the fit subprocess
+# ----------------------------------------------------------------------------------------------------------------
+def child_fit(argv: list[str]) -> None:
+    """``_fit CONFIG SEED LOGDIR VERSION EVALUATION [CLI args...]``: one timed fit; prints one JSON line.
+
+    ``EVALUATION``: ``Evaluation``'s arguments as JSON (``{}``: none)."""
+    config, seed, logdir, version, evaluation, *extra = argv
+    sys.path.insert(0, str(SHARED))
+    import _common  # noqa: F401 - silences warnings and Lightning's INFO logging
+
+    from rl_lightning.callbacks import Evaluation
+    from rl_lightning.cli import cli_main
+    from rl_lightning.env_step_log import log_at_env_step
+
+    class TimedEvaluation(Evaluation):
+        """``Evaluation`` that also logs ``bench/train_seconds``: fit wall time so far minus evaluation time."""
+
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            self.fit_start = time.perf_counter()
+
+        def evaluate(self, trainer: Any, pl_module: Any, on_step: bool = True) -> dict[str, float]:
+            record = super().evaluate(trainer, pl_module, on_step)
+            seconds = time.perf_counter() - self.fit_start - self.eval_seconds
+            log_at_env_step(trainer, {"bench/train_seconds": seconds}, pl_module.env_steps)
+            return record
+
+    args = ["--config", str(REPO / "configs" / config), "--seed_everything", seed, "--trainer.callbacks", "[]"]
+    args += ["--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false"]
+    args += ["--trainer.enable_model_summary", "false", "--trainer.default_root_dir", logdir]
+    args += ["--trainer.logger.init_args.save_dir", logdir, "--trainer.logger.init_args.version", version]
+    cli = cli_main([*args, *extra], run=False)
+    timed = None
+    if json.loads(evaluation):
+        timed = TimedEvaluation(**json.loads(evaluation))
+        cli.trainer.callbacks.append(timed)
+    start, cpu = time.perf_counter(), cpu_seconds()
+    cli.trainer.fit(cli.model, cli.datamodule)
+    wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu
+    eval_seconds = timed.eval_seconds if timed else 0.0
+    out = {"env_steps": int(cli.datamodule.env_steps), "fit_seconds": wall, "cpu_seconds": cpu,
+           "eval_seconds": eval_seconds, "run_dir": str(Path(cli.trainer.logger.log_dir))}  # fmt: skip
+    print("BENCH " + json.dumps(out), flush=True)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# measured subprocesses
+# ----------------------------------------------------------------------------------------------------------------
+@dataclass
+class Run:
+    section: str
+    side: str
+    seed: int
+    env_steps: int
+    train_seconds: float  # training wall, evaluation out
+    cpu_seconds: float  # CPU over the same span (nan where not measurable)
+    proc_seconds: float  # the subprocess's wall, start-up included
+    proc_cpu: float  # the subprocess's and its descendants' CPU
+    load: float  # mean 1-minute load average while it ran
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.env_steps / self.train_seconds
+
+
+def measured(cmd: list[str], cwd: Path | None = None, timeout: float | None = None) -> tuple[str, float, float, float]:
+    """Run ``cmd``; its stdout, wall seconds, CPU seconds (itself and descendants) and mean load average."""
+    loads: list[float] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(5.0):
+            loads.append(os.getloadavg()[0])
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    done.set()
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return proc.stdout, wall, cpu, statistics.mean(loads) if loads else os.getloadavg()[0]
+
+
+def scalars(run_dir: str | Path) -> dict[str, list[Any]]:
+    """Every scalar series of a TensorBoard run directory, by tag (TensorBoard's own loader)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: acc.Scalars(tag) for tag in acc.Tags()["scalars"]}
+
+
+def ours(section: str, actors: int, seed: int, out: Path, extra: list[str], evaluation: dict | None = None) -> Run:
+    """One fit of the section's config with ``num_actors=actors``; perf and eval series read from its events."""
+    side = "serial" if actors == 0 else f"async {actors}"
+    version = f"{section}_a{actors}_s{seed}"
+    spec = json.dumps(evaluation or {})
+    cmd = [sys.executable, __file__, "_fit", CONFIGS[section], str(seed), str(out), version, spec]
+    cmd += ["--data.init_args.num_actors", str(actors), *extra]
+    stdout, wall, cpu, load = measured(cmd, cwd=out)
+    row = json.loads(next(line for line in stdout.splitlines() if line.startswith("BENCH "))[6:])
+    series = scalars(row["run_dir"])
+    extra_out: dict[str, Any] = {}
+    for tag in ("perf/actor_busy", "perf/learner_busy"):
+        if tag in series:
+            extra_out[tag] = statistics.median(e.value for e in series[tag])
+    if "policy/lag" in series:
+        extra_out["lag_max"] = max(e.value for e in series["policy/lag"])
+    if "eval/episode_return" in series:
+        seconds = {e.step: e.value for e in series.get("bench/train_seconds", [])}
+        extra_out["evals"] = [(e.step, e.value, seconds.get(e.step)) for e in series["eval/episode_return"]]
+    train = row["fit_seconds"] - row["eval_seconds"]
+    run = Run(section, side, seed, row["env_steps"], train, row["cpu_seconds"], wall, cpu, load, extra_out)
+    print(f"  [{section} {side} seed {seed}] {run.env_steps:,} env steps, {train:.1f} s train, {run.rate:,.0f}/s, "
+          f"CPU {run.cpu_seconds:.1f} s, load {load:.1f}", flush=True)  # fmt: skip
+    return run
+
+
+def sb3(section: str, args: argparse.Namespace, seed: int, mode: str, *peer_args: str) -> Run:
+    env = "halfcheetah" if section == "halfcheetah" else "breakout"
+    cmd = [args.sb3_python, str(SB3), mode, "--env", env, "--seed", str(seed), *peer_args]
+    stdout, wall, cpu, load = measured(cmd)
+    row = json.loads(stdout.strip().splitlines()[-1])
+    extra = {"crossed": row.get("crossed"), "history": row.get("history")}
+    run = Run(section, "SB3", seed, int(row["env_steps"]), row["train_seconds"], row["cpu_seconds"], wall, cpu, load,
+              extra)  # fmt: skip
+    print(f"  [{section} SB3 seed {seed}] {run.env_steps:,} env steps, {run.train_seconds:.1f} s train, "
+          f"{run.rate:,.0f}/s, load {load:.1f}", flush=True)  # fmt: skip
+    return run
+
+
+def sample_factory(args: argparse.Namespace, seed: int, out: Path, env_steps: int, timeout: float | None) -> Run:
+    """Sample Factory 2.1's MuJoCo example (``sf_examples.mujoco.train_mujoco``, its own defaults: 8 workers × 8
+    envs, HalfCheetah-v4 as its gymnasium<1.0 pin allows) on the CPU for ``env_steps``; time to a training-episode
+    mean (its ``reward/reward``, the last 100 episodes) of 3,000 read from its TensorBoard events."""
+    name = f"sf_s{seed}_{env_steps}"
+    cmd = [args.sf_python, "-m", "sf_examples.mujoco.train_mujoco", "--env", "mujoco_halfcheetah", "--device", "cpu"]
+    cmd += ["--experiment", name, "--train_dir", str(out / "sf"), "--train_for_env_steps", str(env_steps)]
+    cmd += ["--seed", str(seed), "--save_every_sec", "100000"]
+    start = time.time()
+    _, wall, cpu, load = measured(cmd, timeout=timeout)
+    series = scalars(out / "sf" / name / ".summary" / "0")
+    steps = max(e.step for events in series.values() for e in events)
+    crossed = next(((e.step, e.wall_time - start) for e in series.get("reward/reward", []) if e.value >= 3000), None)
+    extra = {"crossed": crossed, "final": series["reward/reward"][-1].value if "reward/reward" in series else None}
+    run = Run("halfcheetah", "Sample Factory", seed, steps, wall, float("nan"), wall, cpu, load, extra)
+    print(f"  [halfcheetah SF seed {seed}] {steps:,} env steps in {wall:.1f} s (process), CPU {cpu:.1f} s, "
+          f"to 3,000: {crossed}", flush=True)  # fmt: skip
+    return run
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# sections
+# ----------------------------------------------------------------------------------------------------------------
+def halfcheetah(args: argparse.Namespace, seed: int, out: Path) -> list[Run]:
+    steps = args.full_steps if args.full else args.cheetah_steps
+    evaluation = {"every_n_env_steps": CHEETAH_EVAL_EVERY, "num_episodes": 5} if args.full else None
+    runs = [ours("halfcheetah", n, seed, out, ["--data.init_args.total_env_steps", str(steps)], evaluation)
+            for n in args.actors_for("halfcheetah")]  # fmt: skip
+    if args.sb3_python and args.full:
+        solve = ["--eval-every", str(CHEETAH_EVAL_EVERY), "--eval-episodes", "5", "--target", str(CHEETAH_TARGET)]
+        runs.append(sb3("halfcheetah", args, seed, "solve", *solve, "--total-env-steps", str(steps)))
+    elif args.sb3_python:
+        runs.append(sb3("halfcheetah", args, seed, "train", "--total-env-steps", str(steps)))
+    if args.sf_python:
+        runs.append(sample_factory(args, seed, out, args.sf_steps if args.full else steps, None))
+    return runs
+
+
+def breakout(args: argparse.Namespace, seed: int, out: Path) -> list[Run]:
+    steps = args.full_steps if args.full else args.breakout_steps
+    extra = ["--data.init_args.total_env_steps", str(steps)]
+    # --full: the config's own evaluation (8 sampled whole games every 100k agent steps)
+    evaluation = {"every_n_env_steps": 100_000, "num_episodes": 8, "deterministic": False, "max_steps": 27_000}
+    evaluation = evaluation if args.full else None
+    runs = [ours("breakout", n, seed, out, extra, evaluation) for n in args.actors_for("breakout")]
+    if args.sb3_python:
+        vec = ["--vec", args.sb3_vec, "--threads", "2"]
+        runs.append(sb3("breakout", args, seed, "train", "--total-env-steps", str(steps), *vec,
+                        *(["--eval-episodes", "8"] if args.full else [])))  # fmt: skip
+    return runs
+
+
+def hearts(args: argparse.Namespace, seed: int, out: Path) -> list[Run]:
+    extra = ["--data.init_args.total_env_steps", str(args.hearts_steps)]
+    return [ours("hearts", n, seed, out, extra) for n in args.actors_for("hearts")]
+
+
+def connect_four(args: argparse.Namespace, seed: int, out: Path) -> list[Run]:
+    budget = time.strftime("00:%H:%M:%S", time.gmtime(args.c4_seconds))
+    extra = ["--trainer.max_time", budget]
+    return [ours("connect_four", n, seed, out, extra) for n in args.actors_for("connect_four")]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the table
+# ----------------------------------------------------------------------------------------------------------------
+def med(values: list[float]) -> float:
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else float("nan")
+
+
+def print_table(runs: list[Run]) -> None:
+    print("\n== Collection beside learning: medians over seeds (per-seed rates in brackets) ==")
+    head = f"{'section':<13}{'side':<15}{'steps/s':>8}  {'per seed':<22}{'x serial':>9}{'x peer':>8}"
+    head += f"{'train s':>9}{'CPU s':>8}{'proc s':>8}{'proc CPU':>9}{'actor busy':>11}{'learner':>8}"
+    head += f"{'lag':>4}{'load':>6}"
+    print(head)
+    for section in dict.fromkeys(r.section for r in runs):
+        mine = [r for r in runs if r.section == section]
+        serial = med([r.rate for r in mine if r.side == "serial"])
+        peer = med([r.rate for r in mine if r.side == "SB3"])
+        for side in dict.fromkeys(r.side for r in mine):
+            rs = [r for r in mine if r.side == side]
+            rate = med([r.rate for r in rs])
+            per = "[" + ", ".join(f"{r.rate:,.0f}" for r in rs) + "]"
+            busy = med([r.extra.get("perf/actor_busy", float("nan")) for r in rs])
+            learner = med([r.extra.get("perf/learner_busy", float("nan")) for r in rs])
+            lag = max((r.extra.get("lag_max", float("nan")) for r in rs), default=float("nan"))
+            print(f"{section:<13}{side:<15}{rate:>8,.0f}  {per:<22}{rate / serial:>9.2f}{rate / peer:>8.2f}"
+                  f"{med([r.train_seconds for r in rs]):>9.1f}{med([r.cpu_seconds for r in rs]):>8.1f}"
+                  f"{med([r.proc_seconds for r in rs]):>8.1f}{med([r.proc_cpu for r in rs]):>9.1f}"
+                  f"{busy:>11.2f}{learner:>8.2f}{lag:>4.0f}{med([r.load for r in rs]):>6.1f}")  # fmt: skip
+    print_learning([r for r in runs if "evals" in r.extra or r.side in ("SB3", "Sample Factory")])
+
+
+def print_learning(runs: list[Run]) -> None:
+    """``--full``: each run's first evaluation >= 3,000 (HalfCheetah) and its last evaluation."""
+    learned = [r for r in runs if r.extra.get("evals") or r.extra.get("history") or r.extra.get("crossed")]
+    if not learned:
+        return
+    print("\n== Learning (--full): training seconds to the first evaluation >= 3,000 (HalfCheetah), last evaluation ==")
+    for r in learned:
+        evals = r.extra.get("evals") or [(s, v, None) for s, v in (r.extra.get("history") or [])]
+        first = next(((s, t) for s, v, t in evals if v >= CHEETAH_TARGET), None)
+        if r.side == "SB3" and r.extra.get("crossed"):
+            first = (r.env_steps, r.train_seconds)
+        if r.side == "Sample Factory":
+            first, evals = r.extra["crossed"], [(r.env_steps, r.extra["final"], None)]
+        last = f"{evals[-1][1]:,.1f} at {evals[-1][0]:,}" if evals and evals[-1][1] is not None else "-"
+        cross = f"{first[1]:,.0f} s at {first[0]:,} env steps" if first and first[1] is not None else "not reached"
+        print(f"  {r.section:<12} {r.side:<15} seed {r.seed}: to 3,000 {cross}; last {last}")
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "_fit":
+        child_fit(sys.argv[2:])
+        return
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {', '.join(SECTIONS)}")
+    parser.add_argument("--seeds", default="0", help="comma list; every side of a section runs per seed in turn")
+    parser.add_argument("--actors", default=None, help="num_actors sides for every section, e.g. 0,1 (0 = serial)")
+    parser.add_argument("--quick", action="store_true", help="short budgets: check every section runs")
+    parser.add_argument("--full", action="store_true", help="halfcheetah: time to 3,000 and 1M; breakout: 1M curve")
+    parser.add_argument("--sb3-python", default="/work/peers/sb3/bin/python", help="'' leaves SB3 out")
+    parser.add_argument("--sb3-vec", default="dummy", choices=["dummy", "subproc"], help="SB3's Breakout VecEnv")
+    parser.add_argument("--sf-python", default="/work/peers/sf/bin/python", help="'' leaves Sample Factory out")
+    parser.add_argument("--full-steps", type=int, default=1_000_000, help="--full: our and SB3's env steps")
+    parser.add_argument("--sf-steps", type=int, default=1_000_000, help="--full: Sample Factory's env steps")
+    parser.add_argument("--cheetah-steps", type=int, default=50_176, help="halfcheetah throughput env steps")
+    parser.add_argument("--breakout-steps", type=int, default=50_176, help="breakout throughput agent steps")
+    parser.add_argument("--hearts-steps", type=int, default=300_032, help="hearts env steps (decisions)")
+    parser.add_argument("--c4-seconds", type=int, default=120, help="connect_four: the fit's wall budget")
+    parser.add_argument("--out", type=Path, default=None, help="log directory (default: a new temporary one)")
+    args = parser.parse_args()
+    if args.quick:
+        args.cheetah_steps, args.breakout_steps, args.hearts_steps = 4096, 4096, 16_384
+        args.sf_steps, args.c4_seconds, args.full_steps = 40_000, 45, 20_480
+    sides = None if args.actors is None else [int(n) for n in args.actors.split(",")]
+    args.actors_for = lambda section: sides if sides is not None else DEFAULT_ACTORS[section]
+    for name in ("sb3_python", "sf_python"):
+        if getattr(args, name) and not Path(getattr(args, name)).exists():
+            setattr(args, name, "")
+    out = args.out or Path(tempfile.mkdtemp(prefix="rl_lightning_async_"))
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"logs in {out}; load average {os.getloadavg()}", flush=True)
+    functions = {"halfcheetah": halfcheetah, "breakout": breakout, "hearts": hearts, "connect_four": connect_four}
+    runs: list[Run] = []
+    for section in args.sections.split(","):
+        if section not in functions:
+            parser.error(f"--sections {section!r}: choose from {', '.join(SECTIONS)}")
+        for seed in (int(s) for s in args.seeds.split(",")):
+            runs += functions[section](args, seed, out)
+    print_table(runs)
+
+
+if __name__ == "__main__":
+    main()
