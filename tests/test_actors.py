@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import time
 
 import pytest
@@ -73,21 +75,38 @@ def test_no_rollout_lags_more_than_max_policy_lag_behind_a_slow_learner(lag):
     assert max(lags) == lag, lags  # the actors ran as far ahead as allowed, and no further
 
 
+@contextlib.contextmanager
+def _deadline(seconds: int):
+    """Fail (rather than hang) when the body outlives ``seconds``: a missed hung actor blocks collection forever."""
+
+    def expire(signum, frame):
+        raise TimeoutError(f"still waiting after {seconds} s: the hung actor was never replaced")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_a_hung_actor_is_replaced_and_collection_goes_on(tmp_path):
     marker = tmp_path / "hung"
     env = HangOnceCartPole(str(marker), hang_at=20)
     module = PPO(env_spec=env.spec, hidden_sizes=(16,))
     pool = _pool(env, module, heartbeat_s=2.0)
     try:
-        pool.publish(module.state_dict(), 0)
-        first_pid = pool.pids[0]
-        rollouts = [pool.next_rollout(0) for _ in range(3)]  # the 2nd rollout hangs (calls 17..32)
-        assert marker.exists()
-        assert pool.restarts == 1
-        assert pool.pids[0] != first_pid
-        assert not pid_alive(first_pid)
-        assert [r.batch.shape for r in rollouts] == [torch.Size([16, 4])] * 3
-        assert rollouts[-1].stats["actors/restarts"] == 1.0
+        with _deadline(120):
+            pool.publish(module.state_dict(), 0)
+            first_pid = pool.pids[0]
+            rollouts = [pool.next_rollout(0) for _ in range(3)]  # the 2nd rollout hangs (calls 17..32)
+            assert marker.exists()
+            assert pool.restarts == 1
+            assert pool.pids[0] != first_pid
+            assert not pid_alive(first_pid)
+            assert [r.batch.shape for r in rollouts] == [torch.Size([16, 4])] * 3
+            assert rollouts[-1].stats["actors/restarts"] == 1.0
     finally:
         pool.close()
     assert not any(pid_alive(pid) for pid in pool.pids)
