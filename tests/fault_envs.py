@@ -89,21 +89,34 @@ class FaultyGym(GymnasiumEnv):
         super().__init__(COUNTING_ID, env_kwargs={**kwargs, "nan_key": nan_key})
 
 
-class FaultyCartPole(CartPole):
-    """The torch CartPole whose ``fail_at``-th ``step_state`` call raises (``None``: never); for in-process tests."""
+class StepHookCartPole(CartPole):
+    """The torch CartPole calling ``before_step(calls)`` before each ``step_state`` (``calls`` counts from 1)."""
 
-    def __init__(self, fail_at: int | None = None) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.fail_at = fail_at
         self.calls = 0
+
+    def before_step(self, calls: int) -> None:
+        """Override: raise, hang or mark a file at a chosen call."""
 
     def step_state(
         self, state: TensorDict, action: torch.Tensor, generator: torch.Generator, inplace: bool = False
     ) -> tuple[TensorDict, TensorDict]:
         self.calls += 1
-        if self.calls == self.fail_at:
-            raise RuntimeError(f"physics blew up at call {self.calls}")
+        self.before_step(self.calls)
         return super().step_state(state, action, generator, inplace)
+
+
+class FaultyCartPole(StepHookCartPole):
+    """The torch CartPole whose ``fail_at``-th ``step_state`` call raises (``None``: never); for in-process tests."""
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        super().__init__()
+        self.fail_at = fail_at
+
+    def before_step(self, calls: int) -> None:
+        if calls == self.fail_at:
+            raise RuntimeError(f"physics blew up at call {calls}")
 
 
 class MarkAfterUpdates(Callback):

@@ -24,6 +24,22 @@ def _pool(env, module, num_actors=1, num_envs=4, num_steps=16, lag=1, heartbeat_
     return ActorPool(settings, env, module.policy_factory(), module.state_dict())
 
 
+def _collect_at_version_0(pool: ActorPool, module, rollouts: int) -> list[TensorDict]:
+    """``rollouts`` rollouts from ``pool`` with ``module``'s weights published once (version 0); closes the pool."""
+    try:
+        pool.publish(module.state_dict(), 0)
+        return [pool.next_rollout(0).batch for _ in range(rollouts)]
+    finally:
+        pool.close()
+
+
+def _assert_same(actor_batch: TensorDict, serial_batch: TensorDict) -> None:
+    names = sorted(serial_batch.keys(True, True))
+    assert sorted(actor_batch.keys(True, True)) == names
+    for name in names:
+        assert torch.equal(actor_batch[name], serial_batch[name]), name
+
+
 def _spo(env):
     from tests.helpers import tiny_spo
 
@@ -41,20 +57,12 @@ def _spo(env):
 )
 def test_actor_rollouts_equal_the_serial_rollouts_for_the_same_weights_and_seed(env, build):
     module = build(env)
-    pool = _pool(env, module)
-    try:
-        pool.publish(module.state_dict(), 0)
-        from_actor = [pool.next_rollout(0).batch for _ in range(2)]
-    finally:
-        pool.close()
+    from_actor = _collect_at_version_0(_pool(env, module), module, 2)
     collector = Collector(BatchedEnv(env, 4, "cpu", 100), seed=100 + 10_007)
     policy = module.acting_policy(collector.env, training=True)
     serial = [collector.rollout(policy, 16, 0) for _ in range(2)]
     for actor_batch, serial_batch in zip(from_actor, serial, strict=True):
-        names = sorted(serial_batch.keys(True, True))
-        assert sorted(actor_batch.keys(True, True)) == names
-        for name in names:
-            assert torch.equal(actor_batch[name], serial_batch[name]), name
+        _assert_same(actor_batch, serial_batch)
 
 
 @pytest.mark.parametrize("lag", [1, 2])
@@ -138,10 +146,7 @@ def test_self_play_actor_rollouts_equal_the_serial_ones_with_league_and_bots():
         version = int(actor_batch["policy_version"].max())
         module.updates = module.policy_version = version
         selfplay.before_rollout(module)
-        serial_batch = collector.rollout(policy, 12, version)
-        assert sorted(actor_batch.keys(True, True)) == sorted(serial_batch.keys(True, True))
-        for name in serial_batch.keys(True, True):
-            assert torch.equal(actor_batch[name], serial_batch[name]), (version, name)
+        _assert_same(actor_batch, collector.rollout(policy, 12, version))
     assert len(selfplay.league.slots) == min(2, 1 + version)  # the league moved with the versions the actor saw
 
 
@@ -156,11 +161,7 @@ def test_dreamer_actor_windows_equal_the_serial_ones_prefill_then_player():
     settings = PoolSettings(1, 2, 8, 1, 3, 60.0, 100)
     # the first window is the prefill's (16 env steps: uniform random), the next two the player's
     pool = ActorPool(settings, env, module.policy_factory(), module.state_dict(), lambda: DreamerRecipe(16, 0, 16))
-    try:
-        pool.publish(module.state_dict(), 0)
-        from_actor = [pool.next_rollout(0).batch for _ in range(3)]
-    finally:
-        pool.close()
+    from_actor = _collect_at_version_0(pool, module, 3)
     collector = SequenceCollector(BatchedEnv(env, 2, "cpu", 100), seed=100 + 10_007)
 
     def prefill(view, gen):
@@ -168,9 +169,7 @@ def test_dreamer_actor_windows_equal_the_serial_ones_prefill_then_player():
 
     player = module.player(2, torch.device("cpu"))
     for policy, actor_batch in zip([prefill, player, player], from_actor, strict=True):
-        serial_batch = torch.cat([collector.rollout(policy, 4, 0), collector.rollout(policy, 4, 0)])  # two commits
-        for name in serial_batch.keys(True, True):
-            assert torch.equal(actor_batch[name], serial_batch[name]), name
+        _assert_same(actor_batch, torch.cat([collector.rollout(policy, 4, 0), collector.rollout(policy, 4, 0)]))
 
 
 def test_episode_means_over_actors_weigh_each_actor_by_its_finished_episodes():
