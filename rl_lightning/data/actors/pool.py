@@ -17,10 +17,11 @@ from tensordict import TensorDict
 
 from rl_lightning import stop
 from rl_lightning.child_processes import kill_pid, pid_alive
+from rl_lightning.data.actors.core import EPISODES
 from rl_lightning.data.actors.policy_factory import PolicyFactory
 from rl_lightning.data.actors.recipes import SingleAgentRecipe
 from rl_lightning.data.actors.weights import SharedWeights
-from rl_lightning.data.actors.worker import EPISODES, ActorChannels, ActorSpec, actor_main
+from rl_lightning.data.actors.worker import ActorChannels, ActorSpec, actor_main
 from rl_lightning.errors import EnvError
 
 POLL_S = 0.05

@@ -27,17 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from tensordict import TensorDict
 
 from rl_lightning.child_processes import die_with_parent, parent_gone
+from rl_lightning.data.actors.core import ActorCore, now
 from rl_lightning.data.actors.policy_factory import PolicyFactory
 from rl_lightning.data.actors.weights import SharedWeights
-from rl_lightning.envs.base import BatchedEnv
 from rl_lightning.errors import EnvError
 
 POLL_S = 0.05
-#: The stats entry holding how many episodes an actor's rollout finished (the weight of its means).
-EPISODES = "episodes"
 
 
 @dataclass
@@ -105,45 +102,34 @@ def actor_main(spec: ActorSpec, channels: ActorChannels) -> None:
 
 
 def _collect_until_stopped(spec: ActorSpec, channels: ActorChannels) -> None:
-    env = BatchedEnv(spec.env, spec.num_envs, "cpu", spec.env_seed, spec.check_env, spec.check_finite)
-    module = spec.policy.build()
-    collector = spec.recipe.build(env, spec.sampling_seed, module)
-    own_weights = module.state_dict()
     heartbeat, index = channels.heartbeat, spec.index
-    policy: Any = None
 
-    def acting(obs: TensorDict, generator: torch.Generator) -> TensorDict:
-        heartbeat[index] = time.monotonic()  # a hung env stops these beats: the learner replaces the actor
-        return policy(obs, generator)
+    def beat() -> None:
+        heartbeat[index] = now()
 
-    version, slots = -1, None
+    core = ActorCore(spec, beat)
+    slots = None
     try:
         while True:
             waited = time.perf_counter()
             slot = _wait(channels.pipe.recv, spec, channels, ready=lambda: channels.pipe.poll(POLL_S))
-            newer = channels.weights.read_into(own_weights, version)
-            while newer is None and version < 0:  # the very first weights
+            newer = channels.weights.read_into(core.weights, core.version)
+            while newer is None and core.version < 0:  # the very first weights
                 _wait(lambda: None, spec, channels, ready=lambda: time.sleep(POLL_S) is None)
-                newer = channels.weights.read_into(own_weights, version)
+                newer = channels.weights.read_into(core.weights, core.version)
             if newer is not None:
-                version = module.updates = module.policy_version = newer  # the clock a league snapshot reads
-                spec.recipe.before_rollout(module)
+                core.loaded(newer)
             wait_s = time.perf_counter() - waited
-            policy = spec.recipe.policy(module, env)
-            batch = collector.rollout(acting, spec.num_steps, version)
-            episodes = float(collector.finished.count())  # the weight of this actor's means; read before the reset
-            stats = {name: float(value) for name, value in collector.episode_stats().items()}
-            stats[EPISODES] = episodes
+            batch, stats, collect_s = core.collect()
             if slots is None:  # the layout is known after the first rollout: share it once
                 slots = [batch.clone().share_memory_() for _ in range(spec.num_slots)]
                 channels.pipe.send(("slots", index, spec.generation, slots))
             slots[slot].update_(batch)
-            message = ("rollout", index, spec.generation, slot, version, stats, collector.last_collect_seconds, wait_s)
-            channels.pipe.send(message)
+            channels.pipe.send(("rollout", index, spec.generation, slot, core.version, stats, collect_s, wait_s))
     except _Stopped:
         return
     finally:
-        collector.close()
+        core.close()
 
 
 class _Stopped(Exception):
@@ -154,7 +140,7 @@ def _wait(take: Callable[[], Any], spec: ActorSpec, channels: ActorChannels, rea
     """``take()`` once ``ready()`` (which waits up to ``POLL_S``) says so, beating the heart and watching for a
     stop in between."""
     while True:
-        channels.heartbeat[spec.index] = time.monotonic()
+        channels.heartbeat[spec.index] = now()
         if int(channels.stop[0]) or parent_gone(spec.parent_pid):
             raise _Stopped
         if ready():

@@ -1,0 +1,65 @@
+"""``ActorCore``: one actor's envs, collector and acting module, whatever carries its weights and rollouts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from rl_lightning.envs.base import BatchedEnv
+
+#: The stats entry holding how many episodes an actor's rollout finished (the weight of its means).
+EPISODES = "episodes"
+
+
+class ActorCore:
+    """Builds an actor from its ``ActorSpec`` and collects rollouts with the weights it is given.
+
+    The process actor (``worker.py``) drives it: it copies published weights into ``weights`` (which aliases the
+    module's parameters and buffers), says so with ``loaded``, and calls ``collect``. Another transport (a Ray
+    actor) can drive it the same way.
+
+    Args:
+        spec: the actor's ``ActorSpec`` (env, seeds, policy recipe, collector recipe).
+        beat: called at every env tick (a heartbeat), or ``None``.
+    """
+
+    def __init__(self, spec: Any, beat: Callable[[], None] | None = None) -> None:
+        self.spec = spec
+        self.env = BatchedEnv(spec.env, spec.num_envs, "cpu", spec.env_seed, spec.check_env, spec.check_finite)
+        self.module = spec.policy.build()
+        self.collector = spec.recipe.build(self.env, spec.sampling_seed, self.module)
+        self.weights = self.module.state_dict()  # aliases the parameters and buffers: copying into it loads them
+        self.version = -1
+        self._beat = beat
+        self._policy: Any = None
+
+    def loaded(self, version: int) -> None:
+        """Say that weights of ``version`` were just copied into ``self.weights``."""
+        self.version = self.module.updates = self.module.policy_version = version  # the clock a league reads
+        self.spec.recipe.before_rollout(self.module)
+
+    def collect(self) -> tuple[TensorDict, dict[str, float], float]:
+        """One rollout with the current weights: ``(batch, episode stats with their weight, collect seconds)``."""
+        self._policy = self.spec.recipe.policy(self.module, self.env)
+        batch = self.collector.rollout(self._acting, self.spec.num_steps, self.version)
+        episodes = float(self.collector.finished.count())  # the weight of this rollout's means; read before reset
+        stats = {name: float(value) for name, value in self.collector.episode_stats().items()}
+        stats[EPISODES] = episodes
+        return batch, stats, self.collector.last_collect_seconds
+
+    def _acting(self, obs: TensorDict, generator: torch.Generator) -> TensorDict:
+        if self._beat is not None:
+            self._beat()  # a hung env stops these beats: whoever watches replaces the actor
+        return self._policy(obs, generator)
+
+    def close(self) -> None:
+        self.collector.close()
+
+
+def now() -> float:
+    """The heartbeat clock (``time.monotonic``: one clock for every process on the machine)."""
+    return time.monotonic()
