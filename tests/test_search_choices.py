@@ -1,7 +1,8 @@
 """The searching player's move and the PUCT core beneath it (issue 34): never a move its own search proved lost while
 another is open (tic-tac-toe positions against full minimax), draws ∝ visits^(1/T), leaves valued with the
 rollout mix ``(1 − λ)·V + λ·z`` and observed from the seat to move (Othello, whose tensor depends on the seat), the
-observation-shape refusal, and ``GameEvaluation`` searching with the trained module's own settings."""
+observation-shape refusal, and ``GameEvaluation`` searching (matches and exploitability) with the trained module's own
+settings."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from rl_lightning.callbacks import GameEvaluation  # noqa: E402
 from rl_lightning.envs.games import OpenSpielEnv  # noqa: E402
 from rl_lightning.errors import ConfigError  # noqa: E402
 from rl_lightning.games import match_metrics  # noqa: E402
+from rl_lightning.games.exploitability import InfoStateTable  # noqa: E402
 from rl_lightning.games.panel import POLICY, Player, play_panel, resolve_panel  # noqa: E402
 from rl_lightning.games.search import NetworkMCTS  # noqa: E402
 from tests.test_games_search import TTT, act, ttt_positions, ttt_value  # noqa: E402
@@ -208,3 +210,18 @@ def test_game_evaluation_searches_with_the_settings_the_module_trained_with():
     assert not same(record, searching(1.5))  # the default c_puct plays other games: the check can fail
     assert NetworkMCTS.of_module(module, 12).c_puct == 0.2
     assert NetworkMCTS.of_module(PPO(env_spec=env.spec, hidden_sizes=(8,)), 12).c_puct == 1.5  # no search: defaults
+
+
+def test_game_evaluation_measures_the_exploitability_of_the_search_the_module_trained_with():
+    nim = OpenSpielEnv("open_spiel:nim(pile_sizes=1;3;4)")
+    torch.manual_seed(0)
+    module = AlphaZero(nim.spec, hidden_sizes=(16,), c_puct=5.0).eval()
+    callback = GameEvaluation(every_n_updates=1, opponents=[], exploitability=True, search_simulations=16, env=nim)
+    logged = callback.measure(None, module)["eval/search_exploitability"]
+    table = InfoStateTable(nim)
+
+    def exploitability(c_puct: float) -> float:
+        return table.nash_conv(table.search_probabilities(NetworkMCTS(module, 16, c_puct=c_puct)))["exploitability"]
+
+    assert logged == pytest.approx(exploitability(5.0), abs=1e-9)
+    assert exploitability(5.0) != pytest.approx(exploitability(1.5), abs=0.1)  # the default measures another search
