@@ -73,7 +73,8 @@ class GameEvaluation(Callback):
         max_exploitability_states: the cap on the decision states enumerated (tic-tac-toe has 294,778).
         search_simulations: above 0, the policy plays through ``NetworkMCTS`` (``rl_lightning.games.search``):
             a tree search of this many simulations per move with the network's policy as prior and its value head
-            at the leaves, so the panel shows what the searching agent plays (perfect-information OpenSpiel games
+            at the leaves and the module's own search settings (AlphaZero's ``c_puct``; others: ``NetworkMCTS``'s
+            defaults), so the panel shows what the searching agent plays (perfect-information OpenSpiel games
             only); 0 plays the network alone.
     """
 
@@ -229,7 +230,7 @@ class GameEvaluation(Callback):
         try:
             values = self._table.evaluate(pl_module)  # the action distribution, whatever the matches play
             if self.search_simulations:  # the agent as it plays: its search's move at every position
-                probabilities = self._table.search_probabilities(NetworkMCTS(pl_module, self.search_simulations))
+                probabilities = self._table.search_probabilities(self._tested(pl_module))
                 values.update({f"search_{k}": v for k, v in self._table.nash_conv(probabilities).items()})
         finally:
             pl_module.train(was_training)
@@ -237,9 +238,10 @@ class GameEvaluation(Callback):
         return {f"{prefix}/{key}": value for key, value in values.items()}
 
     def _tested(self, pl_module: Any) -> Any:
-        """The policy as a player: the network alone, or its tree search (``search_simulations``)."""
+        """The policy as a player: the network alone, or its tree search (``search_simulations``) with the search
+        settings the module trained with (``NetworkMCTS.of_module``: AlphaZero's ``c_puct``)."""
         if self.search_simulations:
-            return NetworkMCTS(pl_module, self.search_simulations)
+            return NetworkMCTS.of_module(pl_module, self.search_simulations)
         return PolicyBot(pl_module, self.deterministic, self.seed)
 
     def _panel(self, trainer: pl.Trainer, env: TorchEnv, pl_module: Any) -> list[panels.Player]:

@@ -5,10 +5,11 @@ prior and its value head as the leaf evaluation (DESIGN.md §10), as a bot.
 ``NetworkMCTS`` is a bot (``bot(obs, action_mask, seat, generator) -> action``) that declares
 ``needs_engine_state = True``: the match driver, ``GameEvaluation`` and the self-play collector give it its rows'
 live ``pyspiel.State`` objects, which it clones and never changes. Per decision and row it grows a tree of
-``simulations`` leaves from the acting seat's position. The move is one that keeps a proven result, else the most
-visited root action (ties: the higher mean value, then the lower action), or with ``temperature > 0`` a draw with
-probability ∝ N(s_0, a)^(1/temperature) from the call's ``generator``. Nothing else is random, so a seeded match
-repeats.
+``simulations`` leaves from the acting seat's position. The move is chosen among the root actions no proof rules
+out (``unrefuted``, the rule of AlphaZero's targets: one that keeps a proven result; never a move proven lost while
+another is unproven or proven better): the most visited (ties: the higher mean value, then the lower action), or with
+``temperature > 0`` and the root unsolved a draw with probability ∝ N(s_0, a)^(1/temperature) from the call's
+``generator``. Nothing else is random, so a seeded match repeats.
 
 Without a network (``module=None``: what a config's class path builds) the prior is uniform and every non-terminal
 leaf is worth 0: a plain tree search on exact game results, which finds wins and blocks within its horizon.
@@ -30,7 +31,7 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.algos import PPO, SPO, AlphaZero
-from rl_lightning.algos.alphazero.puct import Evaluator, PUCTSearch, _Node, check_searchable
+from rl_lightning.algos.alphazero.puct import Evaluator, PUCTSearch, _Node, check_searchable, unrefuted
 from rl_lightning.envs.games.bots.mcts import engine_rows
 from rl_lightning.errors import ConfigError
 from rl_lightning.lineage import REVISION_KEY, read_checkpoint
@@ -73,6 +74,20 @@ class NetworkMCTS(PUCTSearch):
         self.temperature = float(temperature)
 
     @classmethod
+    def of_module(cls, module: Any, simulations: int, **kwargs: Any) -> NetworkMCTS:
+        """The searching agent a run trained: ``module``'s own PUCT search settings where it has one (AlphaZero's
+        ``c_puct``, ``rollout_weight`` and the observation its leaves read), else this class's defaults; ``kwargs``
+        override either. Self-play's root noise stays out, and it plays the most visited move, as AlphaZero does once
+        past ``explore_moves``."""
+        search = getattr(module, "search", None)
+        if not isinstance(search, PUCTSearch):
+            return cls(module, simulations, **kwargs)
+        player = cls(module, simulations, **{"c_puct": search.c_puct, "rollout_weight": search.rollout_weight,
+                                             **kwargs})  # fmt: skip
+        player._observation = search._observation  # until ``check_env`` reads the env's own choice
+        return player
+
+    @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu", **kwargs: Any) -> NetworkMCTS:
         """A search guided by the network of a PPO or SPO checkpoint (frozen, in eval mode)."""
         return cls(load_searchable(path, device), **kwargs)
@@ -102,19 +117,19 @@ class NetworkMCTS(PUCTSearch):
         return self.search(engine_states, read=lambda roots: self._choose(roots, generator)).to(action_mask.device)
 
     def _choose(self, roots: list[_Node], generator: torch.Generator) -> torch.Tensor:
-        """Each root's move from its visit counts (the class docstring)."""
+        """Each root's move among the moves its proofs leave (``unrefuted``, the rule of AlphaZero's targets): the
+        most visited, or with ``temperature > 0`` and the root unsolved a draw ∝ visits^(1/temperature)."""
         actions = []
         for root in roots:
-            if root.solved is not None:  # proven: a move that keeps the proven result (the most visited one)
-                keeps = [i for i, child in enumerate(root.children)
-                         if child is not None and child.solved == root.solved]  # fmt: skip
-                index = max(keeps, key=lambda i: (root.counts[i], -i))
-            elif self.temperature > 0:
-                weights = torch.tensor(root.counts, dtype=torch.float64) ** (1.0 / self.temperature)
-                index = int(torch.multinomial(weights, 1, generator=generator))
+            keep = unrefuted(root)
+            if self.temperature > 0 and root.solved is None:
+                counts = torch.tensor([root.counts[i] for i in keep], dtype=torch.float64)
+                # scaled by the largest count first, so a small temperature cannot overflow the power
+                weights = (counts / counts.max()) ** (1.0 / self.temperature) if counts.max() > 0 else counts + 1.0
+                index = keep[int(torch.multinomial(weights, 1, generator=generator))]
             else:
                 mean = [total / count if count else -math.inf for total, count in zip(root.value_sum, root.counts)]
-                index = max(range(len(root.legal)), key=lambda i: (root.counts[i], mean[i], -i))
+                index = max(keep, key=lambda i: (root.counts[i], mean[i], -i))
             actions.append(root.legal[index])
         return torch.tensor(actions, dtype=torch.int64)
 

@@ -15,9 +15,10 @@ batched forward per simulation.
 
 Results are proven as in MCTS-Solver (Winands et al., 2008): a node is solved when one of its moves reaches the
 game's best result for its mover, or when all its children are solved; the search then stops at it as at a
-finished game. ``visit_targets`` turns the roots' visit counts into AlphaZero's policy targets with the proven
-losing moves removed; ``root_noise`` mixes Dirichlet noise into the roots' priors (AlphaZero's exploration in
-self-play).
+finished game. ``unrefuted`` gives the moves no proof rules out (no proven loss while another move is unproven or
+proven better): ``visit_targets`` turns the roots' visit counts over them into AlphaZero's policy targets, and
+``NetworkMCTS`` chooses among them; ``root_noise`` mixes Dirichlet noise into the roots' priors (AlphaZero's
+exploration in self-play).
 
 Used by ``AlphaZero`` (``algos/alphazero/module.py``) to act and to make its targets, and by the ``NetworkMCTS``
 bot (``games/search.py``).
@@ -306,15 +307,17 @@ def visit_targets(roots: list[_Node], num_actions: int) -> np.ndarray:
     """
     targets = np.zeros((len(roots), num_actions), dtype=np.float32)
     for row, root in enumerate(roots):
-        keep = _unrefuted(root)
+        keep = unrefuted(root)
         counts = np.array([root.counts[i] for i in keep], dtype=np.float64)
         weights = counts / counts.sum() if counts.sum() > 0 else np.full(len(keep), 1.0 / len(keep))
         targets[row, [root.legal[i] for i in keep]] = weights
     return targets
 
 
-def _unrefuted(root: _Node) -> list[int]:
-    """The indices (into ``root.legal``) of the moves no proof rules out (``visit_targets``)."""
+def unrefuted(root: _Node) -> list[int]:
+    """The indices (into ``root.legal``) of the moves no proof rules out, never empty: the rule of ``visit_targets``
+    (AlphaZero's targets and its self-play moves) and of ``NetworkMCTS``'s move, so the searching player never plays
+    a move its own search proved lost while another move is unproven or proven better."""
     mover = root.player
     results = [child.solved[mover] if child is not None and child.solved is not None else None
                for child in root.children]  # fmt: skip
