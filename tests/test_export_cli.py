@@ -4,8 +4,10 @@ nothing, refusals of what cannot be exported, and the Hearts bot played by ``onn
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +41,9 @@ def test_export_writes_a_file_and_says_what_it_takes(cartpole_ckpt, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"wrote {out} (onnx); inputs: obs float32[B,4]; outputs: action, logits" in result.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["policy.onnx"]  # no temporary file left beside it
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~mask  # as a checkpoint or any file open() makes (issue 34)
     # A quiet command: nothing but what it wrote (the exporter logged "torchvision is not installed" four times).
     assert result.stderr == "", result.stderr
 

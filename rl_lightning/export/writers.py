@@ -45,10 +45,18 @@ def write(graph: PolicyGraph, fmt: str, out: Path) -> None:
     os.close(fd)
     try:
         writer(graph, Path(tmp))
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it owner-only; the export is read as a file open() makes
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def _umask() -> int:
+    """The process's file-creation mask (read by setting it, then putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def exported_program(graph: PolicyGraph) -> torch.export.ExportedProgram:
