@@ -297,6 +297,31 @@ def test_tree_positions_are_the_solved_then_most_visited_unfinished_positions_of
     assert len(solved) > 20
 
 
+def _naive_tree_loss(module, out, policy_input) -> float:
+    """Mean cross-entropy of the policy on ``policy_input`` (the valid tree positions, as the policy reads them)."""
+    valid = out[TREE_VALID]
+    logits = module.actor(module.encoder(policy_input))
+    logits = logits.masked_fill(~out[TREE_MASK][valid], float("-inf"))
+    log_p = torch.log_softmax(logits, -1)
+    target = out[TREE_POLICY][valid]
+    return -torch.stack([(t[t > 0] * lp[t > 0]).sum() for t, lp in zip(target, log_p, strict=True)]).mean().item()
+
+
+def test_the_tree_loss_reads_normalised_observations_as_the_search_does():
+    torch.manual_seed(0)
+    module = _module(simulations=60, tree_targets=4, tree_min_visits=4, explore_moves=0, normalize_obs=True)
+    sample = _positions(1, 12, seed=3)
+    first = module.search_and_act(sample, torch.Generator().manual_seed(0))
+    module.obs_normalizer.update(first[TREE_OBS] * 3.0 + 1.0)  # statistics far from the identity
+    out = module.search_and_act(sample, torch.Generator().manual_seed(0))
+    valid = out[TREE_VALID]
+    assert valid.any()
+    mb = {key: out[key] for key in (TREE_OBS, TREE_MASK, TREE_POLICY, TREE_VALID)}
+    normalised = module.obs_normalizer(out[TREE_OBS][valid])
+    assert module._tree_loss(mb).item() == pytest.approx(_naive_tree_loss(module, out, normalised), rel=1e-5)
+    assert _naive_tree_loss(module, out, out[TREE_OBS][valid]) != pytest.approx(module._tree_loss(mb).item())
+
+
 def test_tree_targets_are_stored_per_decision_and_the_loss_reads_only_the_valid_ones():
     torch.manual_seed(0)
     module = _module(simulations=100, tree_targets=6, tree_min_visits=4, explore_moves=0)
@@ -317,11 +342,6 @@ def test_tree_targets_are_stored_per_decision_and_the_loss_reads_only_the_valid_
     assert checked > 40
     mb = {key: out[key] for key in (TREE_OBS, TREE_MASK, TREE_POLICY, TREE_VALID)}
     loss = module._tree_loss(mb)
-    logits = module.actor(module.encoder(out[TREE_OBS][valid]))
-    logits = logits.masked_fill(~out[TREE_MASK][valid], float("-inf"))
-    log_p = torch.log_softmax(logits, -1)
-    target = out[TREE_POLICY][valid]
-    naive = -torch.stack([(t[t > 0] * lp[t > 0]).sum() for t, lp in zip(target, log_p, strict=True)]).mean()
-    assert loss.item() == pytest.approx(naive.item(), rel=1e-5)
+    assert loss.item() == pytest.approx(_naive_tree_loss(module, out, out[TREE_OBS][valid]), rel=1e-5)
     garbage = dict(mb, **{TREE_OBS: torch.where(valid[:, :, None, None, None], mb[TREE_OBS], 7.0)})
     assert module._tree_loss(garbage).item() == pytest.approx(loss.item(), rel=1e-6)  # invalid slots ignored
