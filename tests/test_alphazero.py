@@ -272,6 +272,36 @@ def test_the_update_loss_reads_the_network_through_the_legal_moves_mask():
     assert terms.shape == (len(TERMS) - 1,)  # every term but the gradient norm
 
 
+def test_the_loss_weighs_the_tree_term_by_tree_coef():
+    torch.manual_seed(0)
+    module = _module(simulations=60, tree_targets=4, tree_min_visits=4, explore_moves=0, tree_coef=0.3)
+    states = _positions(1, 12, seed=3)
+    out = module.search_and_act(states, torch.Generator().manual_seed(0))
+    obs = torch.tensor([s.observation_tensor(s.current_player()) for s in states]).reshape(len(states), 3, 3, 3)
+    mask = torch.zeros(len(states), 9, dtype=torch.bool)
+    for row, state in enumerate(states):
+        mask[row, state.legal_actions()] = True
+    mb = {keys.OBS: obs, keys.ACTION_MASK: mask, SEARCH_POLICY: out[SEARCH_POLICY], keys.RETURN: torch.zeros(len(obs)),
+          **{key: out[key] for key in (TREE_OBS, TREE_MASK, TREE_POLICY, TREE_VALID)}}  # fmt: skip
+    loss, terms = module.minibatch_loss(mb)
+    root, tree = terms[TERMS.index("loss")], terms[TERMS.index("loss_tree")]
+    assert tree.item() == pytest.approx(module._tree_loss(mb).item())
+    assert tree > 0
+    assert loss.item() == pytest.approx((root + 0.3 * tree).item(), rel=1e-6)
+
+
+def test_adam_decays_the_weights_by_weight_decay():
+    module = _module(weight_decay=0.01, lr=1e-3)
+    optimizer = module.configure_optimizers()
+    before = [p.detach().clone() for p in module.parameters()]
+    for parameter in module.parameters():
+        parameter.grad = torch.zeros_like(parameter)  # no loss gradient: only the decay moves the weights
+    optimizer.step()
+    for old, new in zip(before, module.parameters(), strict=True):
+        big = old.abs() > 1e-2  # Adam's first step moves by lr·sign(g) where |g| = 0.01·|w| dwarfs eps
+        assert torch.allclose((old - new.detach())[big], 1e-3 * old[big].sign(), rtol=1e-3)
+
+
 def _tree_nodes(root):
     stack, nodes = [c for c in root.children if c is not None], []
     while stack:
