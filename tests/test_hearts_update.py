@@ -17,6 +17,7 @@ from rl_lightning.data.league import SeatPlayers  # noqa: E402
 from rl_lightning.data.selfplay import SelfPlayCollector  # noqa: E402
 from rl_lightning.envs.base import BatchedEnv  # noqa: E402
 from rl_lightning.envs.games import OpenSpielEnv  # noqa: E402
+from rl_lightning.errors import ConfigError  # noqa: E402
 from rl_lightning.networks.hearts import HeartsFeatures  # noqa: E402
 
 
@@ -43,6 +44,13 @@ def count_decodes(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(HeartsFeatures, "forward", counted)
     return rows
+
+
+def test_a_fixed_decoding_refuses_observation_normalisation_in_one_line() -> None:
+    # The decode-once path reads the raw observation; a normaliser in front of a decoding would scramble the card
+    # indices it reads (it raised an index error), so the combination is refused before any work.
+    with pytest.raises(ConfigError, match="model.normalize_obs=true with model.encoder='hearts'"):
+        PPO(OpenSpielEnv("open_spiel:hearts").spec, encoder="hearts", normalize_obs=True)
 
 
 @pytest.mark.parametrize("magnet", [None, {"kind": "initial", "coef": 0.5}])
