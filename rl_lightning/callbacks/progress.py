@@ -19,7 +19,8 @@ _SHOWN = {
 
 
 class EnvStepProgressBar(TQDMProgressBar):
-    """Progress in env steps (total = ``data.total_env_steps``), with SPS, recent return and eval return.
+    """Progress in env steps (total = ``data.total_env_steps`` rounded up to whole rollouts, where the run stops),
+    with SPS, recent return and eval return.
 
     The CLI installs it in place of Lightning's bar, whose total counts optimiser steps. A resumed run starts the
     bar at the restored env-step count (Lightning resumes mid-epoch and skips ``on_train_epoch_start``), and
@@ -76,4 +77,6 @@ def progress(trainer: pl.Trainer) -> tuple[str, int, int | None]:
         epochs = trainer.max_epochs
         total = epochs * len(rows) if rows is not None and epochs is not None and epochs > 0 else None
         return " samples", int(module.samples), total
-    return " env steps", int(getattr(module, "env_steps", 0)), getattr(trainer.datamodule, "total_env_steps", None)
+    datamodule = trainer.datamodule
+    total = getattr(datamodule, "budget_env_steps", getattr(datamodule, "total_env_steps", None))
+    return " env steps", int(getattr(module, "env_steps", 0)), total

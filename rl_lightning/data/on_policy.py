@@ -146,6 +146,13 @@ class OnPolicyDataModule(pl.LightningDataModule):
         return self.local_env_steps * self.world_size
 
     @property
+    def budget_env_steps(self) -> int:
+        """The env steps the run will have collected when it stops: ``total_env_steps`` rounded up to whole
+        rollouts of every rank."""
+        per_update = self.rollout_size * self.world_size
+        return -(-self.total_env_steps // per_update) * per_update
+
+    @property
     def rollout_size(self) -> int:
         """Transitions per rank per update."""
         return self.num_envs * self.num_steps
