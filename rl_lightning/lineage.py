@@ -129,6 +129,34 @@ def check_weights_fit(checkpoint: dict[str, Any], module: nn.Module, source: str
     )
 
 
+#: The env spec fields a network's shapes and seats depend on: a checkpoint's network loads, or plays a seat, only in
+#: an env that agrees on each of them.
+NETWORK_SPEC_FIELDS = ("obs_shape", "obs_dtype", "discrete", "num_actions", "action_shape", "has_action_mask",
+                       "num_seats")  # fmt: skip
+
+
+def check_same_env(saved: Any, spec: Any, where: str, fix: str, here: str = "data.env gives") -> None:
+    """Raise a one-line ``ConfigError`` naming both envs when ``saved`` (the env spec a checkpoint was trained on)
+    differs from ``spec`` in a field its network depends on (``NETWORK_SPEC_FIELDS``); ``None`` (a checkpoint that
+    kept no spec) passes. ``where`` names the setting, ``here`` says what plays ``spec``, ``fix`` is the way out."""
+    if saved is None:
+        return
+    for name in NETWORK_SPEC_FIELDS:
+        theirs, ours = getattr(saved, name, None), getattr(spec, name, None)
+        if theirs != ours:
+            raise ConfigError(f"{where}: was trained on {saved.name} ({name}={theirs}) but {here} {spec.name} "
+                              f"({name}={ours}); {fix}")  # fmt: skip
+
+
+def check_checkpoint_plays(path: str, spec: Any, field: str, here: str = "data.env gives") -> None:
+    """Refuse, in one line before any env step, the checkpoint file ``path`` as a player of ``spec``'s game when it
+    was trained on another env (its network could not read this game's observations). ``field`` names the setting
+    (``data.seats[1]``); a missing or unreadable file is refused by ``read_checkpoint``."""
+    checkpoint = read_checkpoint(path, source=field)
+    saved = checkpoint.get("hyper_parameters", {}).get("env_spec")
+    check_same_env(saved, spec, f"{field}={path!r}", f"give a checkpoint of a run on {spec.name}", here)
+
+
 def constructor_args(hparams: Mapping[str, Any], cls: type | None = None) -> dict[str, Any]:
     """The module's constructor arguments from its ``hparams``, without the CLI's bookkeeping entries.
 

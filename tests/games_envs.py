@@ -5,7 +5,8 @@ paid ``a + 1`` (a seat rewarded while another acts); action 2 is legal on even t
 ``length`` moves, so with the default 5 it ends on agent 1's move. ``SimultaneousSum`` (Parallel, two agents, no
 mask): both choose 0/1 each round and each is paid the other's choice; it ends after three rounds.
 ``LastOneStanding`` (AEC, three agents, masked): action 2 leaves the game (that agent is terminated there and then,
-paid -1, while the others play on); the last agent left is paid +1. ``InfoMaskParallel`` (Parallel, two agents):
+paid -1, while the others play on; with ``leave="truncated"`` it is truncated instead, as by its own time limit);
+the last agent left is paid +1. ``InfoMaskParallel`` (Parallel, two agents):
 its mask is in ``infos[agent]["action_mask"]`` and an illegal action raises. The others are malformed on purpose:
 mismatched observations, a Dict observation without a mask, Box actions.
 """
@@ -124,8 +125,9 @@ class SimultaneousSum(ParallelEnv):
 class LastOneStanding(_ThreeSeatToy):
     metadata = {"name": "last_one_standing_v0", "is_parallelizable": False}
 
-    def __init__(self, length: int = 30) -> None:
+    def __init__(self, length: int = 30, leave: str = "terminated") -> None:
         super().__init__(length)
+        self.leave = {"terminated": "terminations", "truncated": "truncations"}[leave]
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
         self._open_books()
@@ -145,15 +147,15 @@ class LastOneStanding(_ThreeSeatToy):
         self._clear_rewards()
         self.turn += 1
         if action == 2:
-            self.terminations[agent] = True
+            getattr(self, self.leave)[agent] = True
             self.rewards[agent] = -1.0
-        live = [a for a in self.agents if not self.terminations[a]]
+        live = [a for a in self.agents if not (self.terminations[a] or self.truncations[a])]
         if len(live) == 1:
             self.rewards[live[0]] += 1.0
         if len(live) <= 1 or self.turn >= self.length:
             self.terminations = dict.fromkeys(self.agents, True)
         order = self.agents[self.agents.index(agent) + 1 :] + self.agents[: self.agents.index(agent) + 1]
-        self.agent_selection = next((a for a in order if not self.terminations[a]), order[0])
+        self.agent_selection = next((a for a in order if not (self.terminations[a] or self.truncations[a])), order[0])
         self._accumulate_rewards()
         self._deads_step_first()  # the agent that left is stepped out (None) before the next one acts
 

@@ -233,6 +233,77 @@ def test_seat_credit_ends_each_seat_as_it_left_the_game() -> None:
     assert credit.reward[:, 0].tolist() == [-1.0, 0.0, 0.0, 0.0]
 
 
+def leaver_rollout(leave: str, length: int, steps: int, max_episode_steps: int = 0) -> tuple:
+    """A ``LastOneStanding`` rollout of 3 games: seat 0 leaves on its first move (``leave``: terminated or truncated,
+    its own ending), every other seat plays 0 until the game ends."""
+    from tensordict import TensorDict
+
+    from rl_lightning.data.league import SeatPlayers
+    from rl_lightning.data.selfplay import SelfPlayCollector
+
+    kwargs = {"length": length, "leave": leave}
+    env = BatchedEnv(PettingZooEnv("tests.games_envs:LastOneStanding", kwargs, max_episode_steps), 3, seed=0)
+    collector = SelfPlayCollector(env, SeatPlayers(["self"] * 3, None, env.device), seed=0)
+
+    def policy(obs, generator):
+        action = torch.where(obs[keys.SEAT] == 0, 2, 0)
+        value = 0.25 + 0.25 * obs[keys.SEAT].float()
+        return TensorDict({keys.ACTION: action, keys.VALUE: value, keys.LOGPROB: torch.zeros(obs.batch_size)},
+                          batch_size=obs.batch_size)  # fmt: skip
+
+    return env, collector.rollout(policy, steps, 0)
+
+
+def naive_next_values(module, ticks) -> tuple[dict, int]:
+    """Each closed decision's bootstrap, walked per (game, seat): the seat's value at its next decision in the game;
+    at the game's end, V(the seat's own final view) if the seat was cut while in it (``seat_truncated``), else 0.
+    Also counts the decisions of seats that left by truncation in a game that then terminated."""
+    from tensordict import TensorDict
+
+    steps, games = ticks.batch_size
+    want, left_cut_then_terminated = {}, 0
+    for game in range(games):
+        for t in range(steps):
+            seat = int(ticks[keys.SEAT][t, game])
+            for u in range(t, steps):
+                if u > t and int(ticks[keys.SEAT][u, game]) == seat:
+                    want[t, game] = float(ticks[keys.VALUE][u, game])
+                    break
+                if ticks[keys.TERMINATED][u, game] or ticks[keys.TRUNCATED][u, game]:
+                    if ticks[keys.SEAT_TRUNCATED][u, game, seat]:
+                        view = TensorDict({keys.OBS: ticks[keys.FINAL_OBS][u, game, seat][None]}, [1])
+                        want[t, game] = float(module.critic(module._critic_features(view)).reshape(()))
+                        left_cut_then_terminated += bool(ticks[keys.TERMINATED][u, game])
+                    else:
+                        want[t, game] = 0.0
+                    break
+    return want, left_cut_then_terminated
+
+
+@pytest.mark.parametrize(
+    ("leave", "length", "max_episode_steps"),
+    [("truncated", 4, 0), ("truncated", 50, 4), ("terminated", 50, 4), ("terminated", 4, 0)],
+)
+def test_each_seat_bootstraps_as_a_naive_loop_grouped_by_game_and_seat(leave, length, max_episode_steps) -> None:
+    """Bug: a seat that left by its own truncation, in a game that then terminated, bootstrapped from 0: the values
+    of the seats' final views were computed only for games the env truncated as a whole."""
+    from rl_lightning.algos import PPO
+    from rl_lightning.algos.selfplay_targets import selfplay_targets
+
+    env, batch = leaver_rollout(leave, length, 12, max_episode_steps)
+    torch.manual_seed(0)
+    module = PPO(env_spec=env.spec, hidden_sizes=(8,))
+    with torch.no_grad():
+        got = selfplay_targets(module, batch.clone())[keys.NEXT_VALUE][3:]
+        want, special = naive_next_values(module, batch[3:])
+    assert len(want) >= 24  # most of the 36 decisions are closed
+    for (t, game), value in want.items():
+        assert got[t, game].item() == pytest.approx(value, abs=1e-6), (t, game)
+    assert special == (3 * 3 if (leave, max_episode_steps) == ("truncated", 0) else 0)  # the case the bug hit
+    final_views = [v for v in want.values() if abs(v) > 1e-3 and v not in (0.25, 0.5, 0.75)]  # not 0, not a value
+    assert bool(final_views) == (leave == "truncated" or max_episode_steps > 0)
+
+
 def test_seats_are_keyed_by_number_or_agent_name() -> None:
     from rl_lightning.data.selfplay import make_selfplay
 

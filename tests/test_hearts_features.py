@@ -37,8 +37,9 @@ def cards(names: list[str]) -> np.ndarray:
     return out
 
 
-def naive_features(state: object, me: int) -> np.ndarray:
-    """The features of seat ``me`` read from the engine's state, by plain loops over its tricks."""
+def naive_features(state: object, me: int, jd_bonus: bool = False) -> np.ndarray:
+    """The features of seat ``me`` read from the engine's state, by plain loops over its tricks (``jd_bonus``: the
+    jack of diamonds counts -10 points)."""
     view = json.loads(state.to_json())
     rel = lambda seat: (SEATS.index(seat) - me) % 4  # noqa: E731
     direction = DIRECTIONS[view["pass_direction"]]
@@ -61,7 +62,7 @@ def naive_features(state: object, me: int) -> np.ndarray:
     led_suit, trick_points = np.zeros(4, np.float32), 0.0
     if current:
         led_suit[current[0][1] % 4] = 1.0
-        trick_points = sum(13.0 if c == 43 else float(c % 4 == 2) for _, c in current)
+        trick_points = sum(13.0 if c == 43 else -10.0 * jd_bonus if c == 37 else float(c % 4 == 2) for _, c in current)
     finished_cards = np.zeros(52, dtype=np.float32)
     voids = np.zeros((4, 4), dtype=np.float32)
     for trick in tricks:
@@ -94,20 +95,31 @@ def decisions(games: int, seed: int, **params: object) -> list:
     return out
 
 
-def features(states: list, seats: list[int] | None = None) -> torch.Tensor:
+def features(states: list, seats: list[int] | None = None, encoder: torch.nn.Module | None = None) -> torch.Tensor:
     seats = [s.current_player() for s in states] if seats is None else seats
     rows = [s.information_state_tensor(p) for s, p in zip(states, seats, strict=True)]
     obs = torch.tensor(np.array(rows, dtype=np.float32))
-    return HeartsFeatures()(obs)
+    return (encoder or HeartsFeatures())(obs)
 
 
-@pytest.mark.parametrize("pass_cards", [True, False])
-def test_features_match_a_naive_decoding_of_the_engine_state(pass_cards: bool) -> None:
-    states = decisions(6, seed=int(pass_cards), pass_cards=pass_cards)
-    got = features(states).numpy()
+#: OpenSpiel's Hearts rule variants: each either changes what a feature means (decoded for it) or only the legal
+#: moves and the final score; every one is checked against the engine's own state.
+VARIANTS = [{}, {"pass_cards": False}, {"qs_breaks_hearts": False}, {"must_break_hearts": False}, {"jd_bonus": True},
+            {"no_pts_on_first_trick": False}, {"can_lead_any_club": True}, {"avoid_all_tricks_bonus": True},
+            {"can_lead_hearts_instead_of_qs": True},
+            {"qs_breaks_hearts": False, "jd_bonus": True, "no_pts_on_first_trick": False}]  # fmt: skip
+
+
+@pytest.mark.parametrize("params", VARIANTS, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "defaults")
+def test_features_match_a_naive_decoding_of_the_engine_state(params: dict) -> None:
+    """Bug: the decoding assumed the default rules, so with ``qs_breaks_hearts=False`` its "hearts broken" feature
+    differed from the engine's at 120 of 1,516 decisions; it is built for the env's rules (``EnvSpec.game_params``)."""
+    states = decisions(4, seed=len(params) + 7 * sum(map(len, params)), **params)
+    encoder = ObsEncoder(OpenSpielEnv("open_spiel:hearts", game_kwargs=params).spec, "hearts")
+    got = features(states, encoder=encoder).numpy()
     assert got.shape == (len(states), OUT_DIM)
     for index, state in enumerate(states):
-        want = naive_features(state, state.current_player())
+        want = naive_features(state, state.current_player(), jd_bonus=params.get("jd_bonus", False))
         mismatch = np.flatnonzero(np.abs(got[index] - want) > 1e-6)
         assert not len(mismatch), f"decision {index} ({state.history_str()}): features {mismatch.tolist()} differ"
 
@@ -165,3 +177,25 @@ def test_hearts_encoder_is_refused_for_other_observations() -> None:
     assert hearts.out_dim == OUT_DIM
     assert not list(hearts.parameters())
     assert not hearts.state_dict()
+
+
+def test_the_rules_travel_with_the_spec_into_a_saved_policy() -> None:
+    """The env's non-default rules reach ``EnvSpec.game_params`` however they are written, survive pickling (a
+    checkpoint's ``env_spec``), and a spec saved before the field existed decodes the default rules."""
+    import pickle
+
+    from rl_lightning.algos import PPO
+
+    assert OpenSpielEnv("open_spiel:hearts").spec.game_params == ()
+    spec = OpenSpielEnv("open_spiel:hearts(qs_breaks_hearts=false,pass_cards=true)").spec
+    assert spec.game_params == (("qs_breaks_hearts", False),)
+    assert pickle.loads(pickle.dumps(spec)) == spec
+    module = PPO(spec, hidden_sizes=(8,), encoder="hearts")
+    reloaded = PPO(**{**dict(module.hparams), "env_spec": pickle.loads(pickle.dumps(spec))})
+    assert reloaded.encoder.encoders[0].qs_breaks_hearts is False
+    old = spec.__getstate__()
+    old.pop("game_params")
+    older = object.__new__(type(spec))
+    older.__setstate__(old)
+    assert older.game_params == ()
+    assert ObsEncoder(older, "hearts").encoders[0].qs_breaks_hearts is True

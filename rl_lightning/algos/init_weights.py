@@ -13,10 +13,9 @@ from typing import Any
 from torch import nn
 
 from rl_lightning.errors import ConfigError
-from rl_lightning.lineage import REVISION_KEY, read_checkpoint
+from rl_lightning.lineage import REVISION_KEY, check_same_env, read_checkpoint
 
 _MAGNET_PREFIX = "magnet."
-_SPEC_FIELDS = ("obs_shape", "obs_dtype", "discrete", "num_actions", "action_shape", "has_action_mask", "num_seats")
 
 
 def load_init_weights(
@@ -37,7 +36,8 @@ def load_init_weights(
     if family not in families:
         raise ConfigError(f"{where}: was written by algorithm family {family!r}; initial weights come from a "
                           f"{' or '.join(families)} checkpoint")  # fmt: skip
-    _check_spec(checkpoint, module.env_spec, where)
+    saved_spec = checkpoint.get("hyper_parameters", {}).get("env_spec")
+    check_same_env(saved_spec, module.env_spec, where, "start from a checkpoint of this env")
     # A magnet's buffers (``model.magnet``) are the writing run's regulariser, not its policy: the module's own
     # magnet, if any, is built from the loaded weights afterwards.
     saved = {name: t for name, t in checkpoint["state_dict"].items() if not name.startswith(_MAGNET_PREFIX)}
@@ -48,17 +48,6 @@ def load_init_weights(
                           "(hidden_sizes, encoder, normalize_obs, ...) of the run that wrote it")  # fmt: skip
     module.load_state_dict(saved, strict=True)
     return str(checkpoint[REVISION_KEY].get("digest", ""))
-
-
-def _check_spec(checkpoint: dict[str, Any], spec: Any, where: str) -> None:
-    saved = checkpoint.get("hyper_parameters", {}).get("env_spec")
-    if saved is None:
-        return
-    for name in _SPEC_FIELDS:
-        theirs, ours = getattr(saved, name, None), getattr(spec, name, None)
-        if theirs != ours:
-            raise ConfigError(f"{where}: was trained on {saved.name} ({name}={theirs}) but data.env gives "
-                              f"{spec.name} ({name}={ours}); start from a checkpoint of this env")  # fmt: skip
 
 
 def _first_mismatch(saved: dict[str, Any], own: dict[str, Any]) -> str:

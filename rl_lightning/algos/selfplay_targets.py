@@ -35,16 +35,22 @@ def selfplay_targets(module: Any, batch: TensorDict) -> TensorDict:
 
 
 def final_seat_values(module: Any, batch: TensorDict) -> torch.Tensor | None:
-    """``[T, B, S]``: each seat's value of its own view of a truncated game's last state (0 on other ticks);
-    ``None`` when the env never truncates (it then emits no ``final_obs``)."""
+    """``[T, B, S]``: each seat's value of its own view of the last state of a game that ended with a seat cut (0 on
+    other ticks); ``None`` when the env never truncates (it then emits no ``final_obs``).
+
+    A game the env truncated, and also a game that terminated after a seat had left it by its own truncation
+    (PettingZoo: ``seat_truncated`` marks that seat on the game's last tick): that seat bootstraps from its final view.
+    """
     if keys.FINAL_OBS not in batch:
         return None
-    truncated = batch[keys.TRUNCATED]
-    final_obs = batch[keys.FINAL_OBS][truncated]  # [N, S, *obs]: one host sync per rollout
+    cut = batch[keys.TRUNCATED]
+    if keys.SEAT_TRUNCATED in batch:
+        cut = cut | (batch[keys.TERMINATED] & batch[keys.SEAT_TRUNCATED].any(-1))
+    final_obs = batch[keys.FINAL_OBS][cut]  # [N, S, *obs]: one host sync per rollout
     seats = module.env_spec.num_seats
     rows = TensorDict({keys.OBS: final_obs.reshape(-1, *final_obs.shape[2:])}, [final_obs.shape[0] * seats])
-    values = torch.zeros(*truncated.shape, seats, dtype=batch[keys.VALUE].dtype, device=truncated.device)
-    if final_obs.shape[0] == 0:  # no game was truncated in this rollout
+    values = torch.zeros(*cut.shape, seats, dtype=batch[keys.VALUE].dtype, device=cut.device)
+    if final_obs.shape[0] == 0:  # no game ended with a seat cut in this rollout
         return values
-    values[truncated] = module.critic(module._critic_features(rows)).reshape(-1, seats).to(values.dtype)
+    values[cut] = module.critic(module._critic_features(rows)).reshape(-1, seats).to(values.dtype)
     return values

@@ -131,7 +131,8 @@ class GameEvaluation(Callback):
             return
         self._check_game(env)
         league = getattr(getattr(datamodule, "selfplay", None), "league", None)
-        opponents = [spec for spec in self.opponents if not spec.endswith(".ckpt")]  # loaded (and checked) at setup
+        panels.check_checkpoint_opponents(self.opponents, env)  # loaded at setup; a file of another game fails now
+        opponents = [spec for spec in self.opponents if not spec.endswith(".ckpt")]
         panels.resolve_panel(opponents, env, league, self.deterministic, torch.device("cpu"))
 
     def _check_game(self, env: TorchEnv) -> None:

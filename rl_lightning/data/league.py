@@ -96,10 +96,15 @@ def load_bot(path: str, seat: int) -> Actor:
     return actor
 
 
-def check_checkpoint(path: str, seat: int) -> None:
-    """Refuse a checkpoint seat whose file is missing, before any work starts."""
+def check_checkpoint(path: str, field: str) -> None:
+    """Refuse a checkpoint player whose file is missing, before any work starts (``field``: ``data.seats[1]``)."""
     if not Path(path).is_file():
-        raise ConfigError(f"data.seats[{seat}]={path!r}: no such checkpoint file; give the path of a .ckpt")
+        raise ConfigError(f"{field}={path!r}: no such checkpoint file; give the path of a .ckpt")
+
+
+def player_field(spec: str, specs: list[str]) -> str:
+    """The setting that names the fixed opponent ``spec``: its seat (``data.seats[1]``), else ``data.league.bots``."""
+    return f"data.seats[{specs.index(spec)}]" if spec in specs else "data.league.bots"
 
 
 def frozen_copy(module: Any, state: dict[str, torch.Tensor] | None = None) -> Any:
@@ -271,7 +276,7 @@ class SeatPlayers:
             if spec == RANDOM:
                 self.actors[player] = random_actor
             elif spec.endswith(".ckpt"):
-                check_checkpoint(spec, seat)  # loaded by ``bind``, with the learning module's class
+                check_checkpoint(spec, player_field(spec, specs))  # loaded by ``bind``, with the learner's class
             else:
                 self.actors[player] = load_bot(spec, seat)
         seat_ids = [0 if s == SELF else self.fixed_ids.get(s, -1) for s in specs]  # -1: the game's league snapshot

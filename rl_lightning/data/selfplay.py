@@ -24,11 +24,12 @@ from rl_lightning import keys, stop
 from rl_lightning.data.collector import Policy
 from rl_lightning.data.collector_base import CollectorBase
 from rl_lightning.data.episode_stats import FinishedEpisodes
-from rl_lightning.data.league import LEAGUE, League, SeatPlayers, parse_seats
+from rl_lightning.data.league import LEAGUE, League, SeatPlayers, parse_seats, player_field
 from rl_lightning.envs.base import BatchedEnv
 from rl_lightning.envs.games.bots import check_engine_players, needs_engine_state
 from rl_lightning.envs.games.bots.probe import check_bot_fits
 from rl_lightning.errors import ConfigError
+from rl_lightning.lineage import check_checkpoint_plays
 from rl_lightning.objectives.seat_credit import open_tails
 
 LEARNER = "learner"  # bool: the acting seat is the learning policy (only these rows train)
@@ -223,7 +224,9 @@ class SelfPlay:
         self.players = SeatPlayers(specs, self.league, torch.device("cpu"))
         for name, player in self.players.fixed_ids.items():
             actor = self.players.actors.get(player)
-            if getattr(actor, "bot", None) is not None:
+            if name.endswith(".ckpt"):  # a network of another game would fail at its first move, mid-rollout
+                check_checkpoint_plays(name, spec, player_field(name, specs))
+            elif getattr(actor, "bot", None) is not None:
                 field = f"data.seats[{specs.index(name)}]={name!r}" if name in specs else f"data.league.bots: {name!r}"
                 check_bot_fits(env, actor.bot, field)
 

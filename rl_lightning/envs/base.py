@@ -69,6 +69,9 @@ class EnvSpec:
             ``[B, num_seats]`` and its outputs carry ``seat`` (the seat to act next, int64 ``[B]``).
         perfect_information: every seat sees the whole state (False for Hearts, poker: search would read
             hidden cards, so SPO refuses such envs).
+        game_params: the game's rule parameters that differ from its defaults, as sorted ``(name, value)`` pairs
+            (OpenSpiel ``game_kwargs``: ``(("qs_breaks_hearts", False),)``); a game's fixed decoding of the
+            observation (``model.encoder: hearts``) reads the rules it depends on from them.
     """
 
     name: str
@@ -87,6 +90,7 @@ class EnvSpec:
     action_binary: bool = False
     num_seats: int = 1
     perfect_information: bool = True
+    game_params: tuple[tuple[str, Any], ...] = ()
 
     def __getstate__(self) -> dict[str, Any]:
         """The fields with dtypes as names (``"int8"``): a hyper-parameter YAML writer (``hparams.yaml``) and pickle

@@ -33,6 +33,7 @@ from rl_lightning import keys
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.envs.games.bots import check_engine_players, needs_engine_state
 from rl_lightning.errors import ConfigError
+from rl_lightning.lineage import check_same_env
 
 #: A seat's player: ``bot(obs, action_mask, seat, generator) -> action [B]``.
 Bot = Callable[[Any, torch.Tensor, torch.Tensor, torch.Generator], torch.Tensor]
@@ -89,6 +90,10 @@ def play_games(
     if num_games < 1 or batch_size < 1:
         raise ConfigError(f"play_games: num_games={num_games} and batch_size={batch_size} must be >= 1")
     check_engine_players(env, lineup, "play_games")
+    for seat, player in enumerate(lineup):  # a network of another game would fail at its first move
+        trained_on = getattr(getattr(player, "module", None), "env_spec", None)
+        check_same_env(trained_on, env.spec, f"play_games: the player of seat {seat} ({type(player).__name__})",
+                       f"play a policy trained on {env.spec.name}", here="the match plays")  # fmt: skip
     step_gen = torch.Generator(device=device).manual_seed(seed)
     chunks = []
     for chunk, start in enumerate(range(0, num_games, batch_size)):

@@ -27,7 +27,7 @@ from rl_lightning.errors import ConfigError
 from rl_lightning.games.match import Bot, MatchResult, PolicyBot, check_engine_players, play_match
 from rl_lightning.games.rating import fit_elo
 from rl_lightning.games.summary import pairwise_counts
-from rl_lightning.lineage import REVISION_KEY, read_checkpoint
+from rl_lightning.lineage import REVISION_KEY, check_checkpoint_plays, check_same_env, read_checkpoint
 
 RANDOM, HEURISTIC, LEAGUE = "random", "heuristic", "league"
 #: The name of the policy under test in the rating table.
@@ -68,6 +68,14 @@ def check_opponents(opponents: Sequence[str], owner: str) -> list[str]:
     if not checked:
         raise ConfigError(f"{owner}: opponents is empty; list at least one, e.g. [random, heuristic]")
     return checked
+
+
+def check_checkpoint_opponents(opponents: Sequence[str], env: TorchEnv, owner: str = "GameEvaluation") -> None:
+    """Refuse, in one line before any work, a checkpoint opponent trained on another game than ``env``'s (its
+    network could not read this game's observations); reads each file's env spec, builds no network."""
+    for spec in opponents:
+        if spec.endswith(".ckpt"):
+            check_checkpoint_plays(spec, env.spec, f"{owner}: opponents entry", here=f"{owner} plays")
 
 
 def default_opponents(env: TorchEnv) -> list[str]:
@@ -112,7 +120,10 @@ def resolve_panel(
             for slot, version in sorted(zip(league.slots, league.versions), key=lambda pair: pair[1]):
                 players.append(Player(f"league_v{version}", PolicyBot(slot, deterministic)))
         elif spec.endswith(".ckpt"):
-            players.append(Player(_name(Path(spec).stem), PolicyBot(_load_module(spec, device), deterministic)))
+            module = _load_module(spec, device)
+            check_same_env(module.env_spec, env.spec, f"{owner}: opponents entry {spec!r}",
+                           f"give a checkpoint of a run on {env.spec.name}", here=f"{owner} plays")  # fmt: skip
+            players.append(Player(_name(Path(spec).stem), PolicyBot(module, deterministic)))
         else:
             players.append(Player(_name(re.split(r"[.:]", spec)[-1]), _import_bot(spec, owner)))
             check_bot_fits(env, players[-1].bot, f"{owner}: opponents entry {spec!r}")

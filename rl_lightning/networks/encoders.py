@@ -25,7 +25,7 @@ Only the CNNs have parameters: with ``mlp`` (or a decoding) adding an encoder ch
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDict
@@ -91,12 +91,13 @@ def leaf_name(key: tuple[str, ...]) -> str:
     return "/".join(key) if key else "obs"
 
 
-def leaf_encoder(leaf: ObsLeaf, name: str = "mlp") -> nn.Module:
-    """The encoder of one observation leaf: ``name`` is ``mlp`` or a CNN (already checked by ``choose_encoders``)."""
+def leaf_encoder(leaf: ObsLeaf, name: str = "mlp", game_params: tuple[tuple[str, Any], ...] = ()) -> nn.Module:
+    """The encoder of one observation leaf: ``name`` is ``mlp`` or a CNN (already checked by ``choose_encoders``);
+    a game's decoding is built for the game's rules (``EnvSpec.game_params``)."""
     if leaf.classes > 0:
         return OneHot(leaf.classes)
     if name in DECODERS:
-        return DECODERS[name]()
+        return DECODERS[name].for_rules(dict(game_params))  # type: ignore[attr-defined]
     if name in CNNS:
         return CNNS[name](leaf.shape)
     if name == BOARD:
@@ -216,7 +217,8 @@ class ObsEncoder(nn.Module):
         super().__init__()
         chosen = choose_encoders(spec, encoder, field)
         self.keys = [key for key, _, _ in chosen]
-        self.encoders = nn.ModuleList([leaf_encoder(leaf, name) for _, leaf, name in chosen])
+        rules = getattr(spec, "game_params", ())  # a spec saved before game_params: the game's defaults
+        self.encoders = nn.ModuleList([leaf_encoder(leaf, name, rules) for _, leaf, name in chosen])
         self.out_dim = sum(encoder.out_dim for encoder in self.encoders)
 
     @property

@@ -30,9 +30,15 @@ seat it is). Features, seats counted from the acting seat (0 itself, 1 the next 
 hand (52); pass direction (4); passing now (1); passed (52); received (52); the current trick's cards of seats 1, 2,
 3 (3x52); the led suit (4); cards already in the trick (one-hot 0..3, 4); cards played in finished tricks (52);
 points taken by seats 0..3 (4, /26); points in the current trick (1, /26); suits each seat 0..3 has shown void in
-(4x4: it did not follow a led suit); hearts broken (1: a heart or the queen of spades played, OpenSpiel's default
-``qs_breaks_hearts``); cards this seat passed that are not yet played (52: held by seat ``direction``); cards still
-out (52: neither in the hand nor played); the trick number (one-hot 13).
+(4x4: it did not follow a led suit); hearts broken (1: a heart played, or the queen of spades with
+``qs_breaks_hearts``; always 1 without ``must_break_hearts``); cards this seat passed that are not yet played (52:
+held by seat ``direction``); cards still out (52: neither in the hand nor played); the trick number (one-hot 13).
+
+OpenSpiel's rule variants (``game_kwargs``, carried to the encoder as ``EnvSpec.game_params``): ``qs_breaks_hearts``
+and ``must_break_hearts`` decide "hearts broken" and ``jd_bonus`` the points in the current trick (the jack of
+diamonds counts -10), so the decoding is built for them (``for_rules``); ``pass_cards``, ``no_pts_on_first_trick``,
+``can_lead_any_club``, ``can_lead_hearts_instead_of_qs`` change only which moves are legal (the action mask) and
+``avoid_all_tricks_bonus`` only the final score, so no feature depends on them.
 """
 
 from __future__ import annotations
@@ -43,7 +49,9 @@ from torch import nn
 
 NUM_CARDS, NUM_SEATS, NUM_TRICKS, SLOTS = 52, 4, 13, 7
 POINT_WIDTH, POINT_OFFSET = 36, 10  # thermometer of points + 10 (the jack of diamonds' -10 bonus keeps it >= 0)
-QUEEN_OF_SPADES, HEARTS = 43, 2
+QUEEN_OF_SPADES, JACK_OF_DIAMONDS, HEARTS = 43, 37, 2
+#: The rule parameters the features depend on, with OpenSpiel's defaults (module docstring).
+RULES = {"qs_breaks_hearts": True, "must_break_hearts": True, "jd_bonus": False}
 _DEALT, _PASSED, _RECEIVED, _HAND, _POINTS, _TRICKS = 4, 56, 108, 160, 212, 356
 INFO_STATE_SIZE = _TRICKS + NUM_TRICKS * SLOTS * NUM_CARDS  # 5,088
 OUT_DIM = 52 + 4 + 1 + 52 + 52 + 3 * 52 + 4 + 4 + 52 + 4 + 1 + 16 + 1 + 52 + 52 + 13
@@ -70,13 +78,20 @@ class HeartsFeatures(nn.Module):
     in_shape = (INFO_STATE_SIZE,)
     out_dim = OUT_DIM
 
-    def __init__(self) -> None:
+    def __init__(self, qs_breaks_hearts: bool = True, must_break_hearts: bool = True, jd_bonus: bool = False) -> None:
         super().__init__()
+        self.qs_breaks_hearts, self.must_break_hearts = bool(qs_breaks_hearts), bool(must_break_hearts)
         cards = torch.arange(NUM_CARDS)
         points = torch.where(cards % 4 == HEARTS, 1.0, 0.0)
         points[QUEEN_OF_SPADES] = 13.0
+        points[JACK_OF_DIAMONDS] = -10.0 if jd_bonus else 0.0
         self.register_buffer("card_points", points, persistent=False)  # not in the state dict: a fixed decoding
         self.register_buffer("seats", torch.arange(NUM_SEATS, dtype=torch.float32), persistent=False)
+
+    @classmethod
+    def for_rules(cls, game_params: dict) -> HeartsFeatures:
+        """The decoding of a Hearts variant: ``game_params`` (``EnvSpec.game_params``) with ``RULES``' defaults."""
+        return cls(**{name: game_params.get(name, default) for name, default in RULES.items()})
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         lead = obs.shape[:-1]
@@ -108,7 +123,8 @@ class HeartsFeatures(nn.Module):
         points = (rotate @ (points - POINT_OFFSET).unsqueeze(-1)).squeeze(-1) / 26.0
         current_rel = (rotate @ current)[:, 1:].reshape(-1, 3 * NUM_CARDS)
         voids = (rotate @ _voids(slots)).reshape(-1, 16)
-        broken = ((_suits(played)[:, HEARTS] + played[:, QUEEN_OF_SPADES]) > 0).float().unsqueeze(-1)
+        breakers = _suits(played)[:, HEARTS] + (played[:, QUEEN_OF_SPADES] if self.qs_breaks_hearts else 0.0)
+        broken = (breakers > 0).float().unsqueeze(-1) if self.must_break_hearts else torch.ones_like(count[:, None])
         not_received = (received.sum(-1, keepdim=True) == 0).float()
         passing = (1.0 - pass_dir[:, :1]) * not_received * (count == 0).float().unsqueeze(-1)
         trick_hot = (trick.unsqueeze(-1) == torch.arange(NUM_TRICKS, device=x.device)).float()

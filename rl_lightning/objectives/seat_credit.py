@@ -5,7 +5,8 @@ own decisions form its trajectory: a decision of seat ``s`` at tick ``t`` is cre
 receives from tick ``t`` (inclusive) until its next decision in the same game (exclusive) or the game's end; it
 bootstraps from seat ``s``'s value at that next decision, from 0 when the game terminated first, and from
 ``V(final_obs[t_end, b, s])`` (the seat's own view of the last state) when the game was truncated first. A seat that
-left the game before it was truncated (eliminated: ``seat_truncated`` False for it) was terminated: bootstrap 0.
+left the game before it was truncated (eliminated: ``seat_truncated`` False for it) was terminated: bootstrap 0; a
+seat that left by its own truncation (``seat_truncated`` True) bootstraps from its final view however the game ended.
 The γ of GAE applies per decision of the seat, not per tick.
 
 The open tail: a decision whose seat neither decides again nor sees its game end before the rollout ends is
@@ -64,8 +65,9 @@ def seat_credit(
         terminated: bool ``[T, B]``, the game ended after tick ``t`` (bootstrap 0 for every seat).
         truncated: bool ``[T, B]``, the game was cut after tick ``t``.
         value: ``[T, B]``, the acting seat's value of its own observation.
-        final_value: ``[T, B, S]``, each seat's value of its own view of the last state; read only where
-            ``truncated`` (``None`` when the env never truncates).
+        final_value: ``[T, B, S]``, each seat's value of its own view of the last state; read only for the seats
+            cut on a game's last tick (``seat_truncated``, else every seat where ``truncated``; ``None`` when the env
+            never truncates).
         seat_truncated: bool ``[T, B, S]``, on ticks where a game ended: the seats still playing when it was cut
             (the others were terminated); ``None``: every seat ends as its game does.
     """

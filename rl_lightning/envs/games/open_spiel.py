@@ -117,6 +117,15 @@ def _check_carried(game: Any, name: str) -> None:
                           "tensor, so a network has nothing to read; pick a game that provides one")  # fmt: skip
 
 
+def _changed_params(game: Any) -> tuple[tuple[str, Any], ...]:
+    """The game's scalar parameters that differ from its registered defaults, by name (``EnvSpec.game_params``)."""
+    defaults = dict(game.get_type().parameter_specification)
+    params = game.get_parameters()
+    scalars = {key: value for key, value in params.items() if isinstance(value, bool | int | float | str)}
+    changed = {key: value for key, value in scalars.items() if key in defaults and value != defaults[key]}
+    return tuple(sorted(changed.items()))
+
+
 def sample_chance(outcomes: list[tuple[int, float]], u: float) -> int:
     """The chance outcome that a uniform draw ``u`` in [0, 1) picks (inverse CDF; equal odds: one index).
 
@@ -226,6 +235,7 @@ class OpenSpielEnv(TurnBasedGameEnv):
             max_episode_steps=max_episode_steps,
             num_seats=self.game.num_players(),
             perfect_information=game_type.information == pyspiel.GameType.Information.PERFECT_INFORMATION,
+            game_params=_changed_params(self.game),
         )
 
     def __getstate__(self) -> dict[str, Any]:
