@@ -254,6 +254,11 @@ def connect_four(args: argparse.Namespace, seed: int, out: Path) -> list[Run]:
     return [ours("connect_four", n, seed, out, extra) for n in args.actors_for("connect_four")]
 
 
+# TODO(issue 35, DreamerV3): DreamerV3 collects in actor processes now (``supports_actor_processes``); its section,
+# not written yet: ``dreamer.yaml`` and ``dreamer_pendulum.yaml`` at num_actors 0 and 1, the actor's and the
+# learner's busy fractions, and wall per env step at equal return (it is learner-bound on CPU at its replay ratio).
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # the table
 # ----------------------------------------------------------------------------------------------------------------
