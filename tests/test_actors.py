@@ -46,16 +46,35 @@ def _spo(env):
     return tiny_spo(env)[0]
 
 
+def _ppo(env):
+    return PPO(env_spec=env.spec, hidden_sizes=(16,))
+
+
+def _mujoco():
+    pytest.importorskip("mujoco")
+    return GymnasiumEnv("HalfCheetah-v5")
+
+
+def _envpool():
+    pytest.importorskip("envpool")
+    from rl_lightning.envs import EnvPoolEnv
+
+    return EnvPoolEnv("CartPole-v1")
+
+
 @pytest.mark.parametrize(
-    ("env", "build"),
+    ("make_env", "build"),
     [
-        (CartPole(), lambda env: PPO(env_spec=env.spec, hidden_sizes=(16,))),
-        (GymnasiumEnv("CartPole-v1"), lambda env: PPO(env_spec=env.spec, hidden_sizes=(16,))),
-        (GymnasiumEnv("CartPole-v1"), _spo),  # SPO's search snapshots the actor's own Gymnasium envs
+        (CartPole, _ppo),
+        (lambda: GymnasiumEnv("CartPole-v1"), _ppo),
+        (_mujoco, _ppo),  # continuous actions, a MuJoCo simulator rebuilt in the actor
+        (_envpool, _ppo),  # EnvPool's own thread pool, started in the actor
+        (lambda: GymnasiumEnv("CartPole-v1"), _spo),  # SPO's search snapshots the actor's own Gymnasium envs
     ],
-    ids=["ppo-torch", "ppo-gymnasium", "spo-gymnasium"],
+    ids=["ppo-torch", "ppo-gymnasium", "ppo-mujoco", "ppo-envpool", "spo-gymnasium"],
 )
-def test_actor_rollouts_equal_the_serial_rollouts_for_the_same_weights_and_seed(env, build):
+def test_actor_rollouts_equal_the_serial_rollouts_for_the_same_weights_and_seed(make_env, build):
+    env = make_env()
     module = build(env)
     from_actor = _collect_at_version_0(_pool(env, module), module, 2)
     collector = Collector(BatchedEnv(env, 4, "cpu", 100), seed=100 + 10_007)
