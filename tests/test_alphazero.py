@@ -325,3 +325,48 @@ def test_tree_targets_are_stored_per_decision_and_the_loss_reads_only_the_valid_
     assert loss.item() == pytest.approx(naive.item(), rel=1e-5)
     garbage = dict(mb, **{TREE_OBS: torch.where(valid[:, :, None, None, None], mb[TREE_OBS], 7.0)})
     assert module._tree_loss(garbage).item() == pytest.approx(loss.item(), rel=1e-6)  # invalid slots ignored
+
+
+def _cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Row by row: ``−Σ_a t_a log softmax(logits)_a`` over the moves with target mass."""
+    log_p = torch.log_softmax(logits, -1)
+    return torch.stack([-(t[t > 0] * lp[t > 0]).sum() for t, lp in zip(target, log_p, strict=True)])
+
+
+def test_the_update_loss_with_a_normaliser_is_the_loss_of_the_network_as_the_search_reads_it():
+    """``normalize_obs`` and ``tree_targets``: every position (roots and tree) reaches the network normalised, as the
+    search reads it (``logits_and_value`` on raw observations), and the tree term is weighted by ``tree_coef``."""
+    torch.manual_seed(0)
+    module = _module(simulations=60, tree_targets=4, tree_min_visits=4, explore_moves=0, normalize_obs=True,
+                     tree_coef=0.3, vf_coef=0.7, update_epochs=1, num_minibatches=1)  # fmt: skip
+    states = _positions(1, 24, seed=7)
+    obs = torch.tensor([s.observation_tensor(s.current_player()) for s in states]).reshape(len(states), 3, 3, 3)
+    mask = torch.zeros(len(states), 9, dtype=torch.bool)
+    for row, state in enumerate(states):
+        mask[row, state.legal_actions()] = True
+    module.obs_normalizer.update(obs)  # statistics far from the prior's (mean 0, var 1): raw and normalised differ
+    out = module.search_and_act(states, torch.Generator().manual_seed(0))
+    valid = out[TREE_VALID]
+    assert valid.sum() > 20
+    z = torch.linspace(-1, 1, len(states))
+    batch = out.select(keys.ACTION, SEARCH_POLICY, TREE_OBS, TREE_MASK, TREE_POLICY, TREE_VALID)
+    batch.update({keys.OBS: obs, keys.ACTION_MASK: mask, keys.RETURN: z, keys.VALUE: torch.zeros(len(states))})
+    seen: list[torch.Tensor] = []
+    loss_of = module.minibatch_loss
+
+    def recorded(mb):
+        loss, terms = loss_of(mb)
+        seen.append(loss.detach())
+        return loss, terms
+
+    module.minibatch_loss = recorded
+    terms = module.update(batch, torch.optim.SGD(module.parameters(), lr=0.0))  # one step that changes nothing
+    logits, value = module.logits_and_value(obs, mask)
+    tree_logits, _ = module.logits_and_value(out[TREE_OBS][valid], out[TREE_MASK][valid])
+    root_ce = _cross_entropy(logits, out[SEARCH_POLICY]).mean()
+    tree_ce = _cross_entropy(tree_logits, out[TREE_POLICY][valid]).mean()
+    assert terms["loss_tree"].item() == pytest.approx(tree_ce.item(), rel=1e-5)
+    assert terms["loss_policy"].item() == pytest.approx(root_ce.item(), rel=1e-5)
+    expected = root_ce + 0.7 * 0.5 * (value - z).pow(2).mean() + 0.3 * tree_ce
+    assert len(seen) == 1
+    assert seen[0].item() == pytest.approx(expected.item(), rel=1e-5)

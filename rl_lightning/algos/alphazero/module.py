@@ -251,8 +251,11 @@ class AlphaZero(PPO):
         return loss, torch.stack([terms[name] for name in TERMS[:-1]]).detach()
 
     def _tree_loss(self, mb: dict[str, Any]) -> torch.Tensor:
-        """The mean cross-entropy of the policy to the tree positions' targets, over the valid ones."""
+        """The mean cross-entropy of the policy to the tree positions' targets, over the valid ones. The positions are
+        stored raw, as the search observed them: normalised here as the search's network reads them."""
         obs = mb[TREE_OBS].flatten(0, 1)
+        if self.obs_normalizer is not None:
+            obs = self.obs_normalizer(obs)
         logits = D.masked_logits(self.actor(self.encoder(obs)), mb[TREE_MASK].flatten(0, 1))
         cross_entropy = soft_cross_entropy(torch.log_softmax(logits, -1), mb[TREE_POLICY].flatten(0, 1))
         valid = mb[TREE_VALID].flatten().to(cross_entropy.dtype)
