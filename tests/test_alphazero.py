@@ -1,7 +1,9 @@
 """AlphaZero: its loss against a naive per-row reference and its closed-form gradient, the search's policy targets
 against brute-force minimax (proven losing moves get no mass), the root noise against its Dirichlet draw, the acting
-rule (explore, then the most visited), value targets equal to the game's result, and the user's path: a CLI fit
-whose checkpoint a fresh process searches with, plays and exports; one-line refusals."""
+rule (explore, then the most visited), root noise in self-play, value targets equal to the game's result, the
+update's loss (with a normaliser and tree positions) against the network as the search reads it, Adam's L2 penalty
+against a hand-written step, and the user's path: a CLI fit whose checkpoint a fresh process searches with, plays and
+exports; one-line refusals."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from rl_lightning.algos.alphazero.puct import tree_positions  # noqa: E402
 from rl_lightning.algos.selfplay_targets import TRAIN_KEY  # noqa: E402
 from rl_lightning.data import OnPolicyDataModule  # noqa: E402
 from rl_lightning.envs import Pendulum  # noqa: E402
+from rl_lightning.envs.base import BatchedEnv  # noqa: E402
 from rl_lightning.envs.games import OpenSpielEnv  # noqa: E402
 from rl_lightning.errors import ConfigError  # noqa: E402
 from rl_lightning.objectives.alphazero import alphazero_loss  # noqa: E402
@@ -370,3 +373,46 @@ def test_the_update_loss_with_a_normaliser_is_the_loss_of_the_network_as_the_sea
     expected = root_ce + 0.7 * 0.5 * (value - z).pow(2).mean() + 0.3 * tree_ce
     assert len(seen) == 1
     assert seen[0].item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("fraction", [0.0, 1.0])
+def test_self_play_mixes_root_noise_into_each_rows_search(fraction):
+    """Through the acting path a collector steps: 90 games at their first move, searched with 2 simulations (the
+    second visits the root's highest prior). With pure noise of a small concentration (near one-hot draws) the
+    moves spread over the board; without noise every row searches the same network prior and plays the same move."""
+    module = _module(simulations=2, dirichlet_alpha=0.05, dirichlet_fraction=fraction, explore_moves=0)
+    env = BatchedEnv(OpenSpielEnv("open_spiel:tic_tac_toe"), 90, seed=0)
+    obs = env.reset()
+    out = module.acting_policy(env, training=True)(obs, torch.Generator().manual_seed(0))
+    assert torch.equal(out[SEARCH_POLICY].argmax(-1), out[keys.ACTION])  # the most visited move (explore_moves 0)
+    played = set(out[keys.ACTION].tolist())
+    if fraction == 0.0:
+        assert len(played) == 1
+    else:
+        assert len(played) >= 7  # 9 moves, each the noise's favourite in ~10 of 90 rows
+    env.close()
+
+
+def test_the_optimiser_is_adam_with_the_coupled_l2_penalty_of_a_hand_written_step():
+    """Three steps of ``configure_optimizers``' optimiser against Adam written out with ``g + weight_decay·θ`` as its
+    gradient. The gradients are small beside ``weight_decay·θ``, so the penalty sets the direction of every step."""
+    module = _module(lr=0.01, weight_decay=0.05, adam_eps=1e-8)
+    optimizer = module.configure_optimizers()
+    params = [p for p in module.parameters() if p.requires_grad]
+    theta = [p.detach().clone().double() for p in params]
+    m = [torch.zeros_like(t) for t in theta]
+    v = [torch.zeros_like(t) for t in theta]
+    gen = torch.Generator().manual_seed(0)
+    for step in range(1, 4):
+        grads = [1e-4 * torch.randn(p.shape, generator=gen) for p in params]
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g.clone()
+        optimizer.step()
+        for i, g in enumerate(grads):
+            g = g.double() + 0.05 * theta[i]
+            m[i] = 0.9 * m[i] + 0.1 * g
+            v[i] = 0.999 * v[i] + 0.001 * g * g
+            m_hat, v_hat = m[i] / (1 - 0.9**step), v[i] / (1 - 0.999**step)
+            theta[i] = theta[i] - 0.01 * m_hat / (v_hat.sqrt() + 1e-8)
+    for p, t in zip(params, theta, strict=True):
+        torch.testing.assert_close(p.detach().double(), t, rtol=1e-4, atol=1e-6)
