@@ -234,6 +234,31 @@ def test_cli_refuses_in_one_line_before_any_work(tmp_path, args, says):
     assert not list((tmp_path / "runs").rglob("*.ckpt"))
 
 
+_MINIMAX_JUDGE = ('[{"class_path": "rl_lightning.callbacks.GameEvaluation", "init_args": {"every_n_env_steps": 1000, '
+                  '"num_games": 20, "opponents": ["rl_lightning.envs.games.bots.minimax.MinimaxBot"]}}]')
+
+
+@pytest.mark.parametrize(
+    ("config", "args", "says"),
+    [("alphazero_tictactoe", ["--data.init_args.env.init_args.env_id", "open_spiel:kuhn_poker"],
+      r"data\.env: open_spiel:kuhn_poker hides information.*; AlphaZero plays perfect-information games"),
+     ("alphazero_tictactoe", ["--data.init_args.env.init_args.env_id", "open_spiel:pig"],
+      r"data\.env: open_spiel:pig has chance nodes; AlphaZero searches deterministic games"),
+     ("ppo_kuhn", ["--trainer.callbacks", _MINIMAX_JUDGE],
+      r"GameEvaluation: MinimaxBot cannot play open_spiel:kuhn_poker: it hides information")],
+)  # fmt: skip
+def test_cli_refusal_on_a_game_names_what_refuses_and_why(tmp_path, config, args, says):
+    """The bundled config's judge (a MinimaxBot opponent) refuses Kuhn poker too, but the line names the algorithm
+    the run trains; and a MinimaxBot that refuses names itself, not a bot it borrowed its check from."""
+    result = run_cli(["fit", "--config", f"configs/{config}.yaml", "--trainer.default_root_dir", str(tmp_path),
+                      "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"), *args], cwd=ROOT)  # fmt: skip
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith(ERROR_PREFIX)]
+    assert len(lines) == 1, result.stderr[-1500:]
+    assert re.search(says, lines[0]), lines[0]
+    assert "OpenSpielMCTSBot" not in lines[0]
+
+
 def test_bad_settings_and_envs_are_refused_in_one_line():
     with pytest.raises(ConfigError, match="explore_moves"):
         _module(explore_moves=-1)
