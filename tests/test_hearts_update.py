@@ -17,6 +17,7 @@ from rl_lightning.data.league import SeatPlayers  # noqa: E402
 from rl_lightning.data.selfplay import SelfPlayCollector  # noqa: E402
 from rl_lightning.envs.base import BatchedEnv  # noqa: E402
 from rl_lightning.envs.games import OpenSpielEnv  # noqa: E402
+from rl_lightning.errors import ConfigError  # noqa: E402
 from rl_lightning.networks.hearts import HeartsFeatures  # noqa: E402
 
 
@@ -82,3 +83,13 @@ def test_only_fixed_decodings_are_decoded_once() -> None:
     spec = OpenSpielEnv("open_spiel:hearts").spec
     assert not PPO(spec, hidden_sizes=(32,), encoder="mlp").decodes_once  # a flatten: nothing to save
     assert PPO(spec, hidden_sizes=(32,), encoder="hearts", share_encoder=False).decodes_once  # the same map twice
+
+
+def test_a_normaliser_is_refused_with_a_fixed_decoding_which_reads_the_raw_entries() -> None:
+    """A normalised Hearts observation is no longer the 0/1 information state the decoding indexes (with statistics
+    from a rollout it reads a trick slot -1), so ``normalize_obs`` is refused in one line; the decode-once update
+    therefore never meets a normaliser. The mlp encoder still takes one."""
+    spec = OpenSpielEnv("open_spiel:hearts").spec
+    with pytest.raises(ConfigError, match=r"model.normalize_obs=true: model.encoder='hearts' decodes \['obs'\]"):
+        PPO(spec, hidden_sizes=(32,), encoder="hearts", normalize_obs=True)
+    assert PPO(spec, hidden_sizes=(32,), encoder="mlp", normalize_obs=True).obs_normalizer is not None

@@ -174,6 +174,10 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         self.critic = mlp(obs_dim, 1, hidden_sizes, activation, output_gain=1.0, orthogonal=ortho_init)
         if kind == "box":
             self.log_std = nn.Parameter(torch.full((out_dim,), float(init_log_std)))
+        if normalize_obs and self.encoder.decoded_leaves:  # normalised entries index past the decoding's tables
+            raise ConfigError(f"model.normalize_obs=true: model.encoder={encoder!r} decodes "
+                              f"{self.encoder.decoded_leaves} from their raw 0/1 entries, which normalising would "
+                              "change; set normalize_obs: false")  # fmt: skip
         # Statistics are buffers: checkpointed with the weights, updated only from training rollouts.
         self.obs_normalizer = observation_normalizer(spec, norm_clip_obs) if normalize_obs else None
         self.reward_scaler = RewardScaler(gamma, norm_clip_reward) if normalize_reward else None
