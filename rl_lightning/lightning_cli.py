@@ -156,6 +156,7 @@ class RLLightningCLI(LightningCLI):
         return wired
 
     def before_fit(self) -> None:
+        self._check_model_fits()
         self._check_checkpoint_fits()
 
     def before_validate(self) -> None:
@@ -163,6 +164,13 @@ class RLLightningCLI(LightningCLI):
 
     def before_test(self) -> None:
         self._check_checkpoint_fits()
+
+    def _check_model_fits(self) -> None:
+        """Let the model refuse the datamodule (``check_config``: an env the algorithm cannot learn on, rollout
+        arithmetic) before the callbacks judge it: what is trained is named first, not an evaluation's opponent that
+        fails on the same game for another reason. The datamodule's setup runs it again among its own checks."""
+        if isinstance(self.model, RLModule) and callable(getattr(self.datamodule, "check_fit_config", None)):
+            self.model.check_config(self.datamodule)
 
     def _check_callbacks_fit(self) -> None:
         """Let each callback that can (``check_datamodule``) refuse the datamodule's env before the trainer starts

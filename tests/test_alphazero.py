@@ -1,7 +1,9 @@
 """AlphaZero: its loss against a naive per-row reference and its closed-form gradient, the search's policy targets
 against brute-force minimax (proven losing moves get no mass), the root noise against its Dirichlet draw, the acting
-rule (explore, then the most visited), value targets equal to the game's result, and the user's path: a CLI fit
-whose checkpoint a fresh process searches with, plays and exports; one-line refusals."""
+rule (explore, then the most visited), root noise in self-play, value targets equal to the game's result, the
+update's loss (with a normaliser and tree positions) against the network as the search reads it, Adam's L2 penalty
+against a hand-written step, and the user's path: a CLI fit whose checkpoint a fresh process searches with, plays and
+exports; one-line refusals."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from rl_lightning.algos.alphazero.puct import tree_positions  # noqa: E402
 from rl_lightning.algos.selfplay_targets import TRAIN_KEY  # noqa: E402
 from rl_lightning.data import OnPolicyDataModule  # noqa: E402
 from rl_lightning.envs import Pendulum  # noqa: E402
+from rl_lightning.envs.base import BatchedEnv  # noqa: E402
 from rl_lightning.envs.games import OpenSpielEnv  # noqa: E402
 from rl_lightning.errors import ConfigError  # noqa: E402
 from rl_lightning.objectives.alphazero import alphazero_loss  # noqa: E402
@@ -145,7 +148,7 @@ def test_acting_draws_from_the_targets_while_exploring_then_plays_the_most_visit
     targets, action = out[SEARCH_POLICY], out[keys.ACTION]
     assert torch.allclose(targets.sum(-1), torch.ones(len(targets)))
     assert (targets.gather(1, action[:, None]) > 0).all()  # every move has target mass (legal, not refuted)
-    assert torch.equal(action[len(early):], targets[len(early):].argmax(-1))
+    assert torch.equal(action[len(early) :], targets[len(early) :].argmax(-1))
     assert not torch.equal(action[: len(early)], targets[: len(early)].argmax(-1))  # drawn, not the argmax
     again = module.search_and_act(early + late, torch.Generator().manual_seed(0))
     assert torch.equal(again[keys.ACTION], action)
@@ -231,6 +234,33 @@ def test_cli_refuses_in_one_line_before_any_work(tmp_path, args, says):
     assert not list((tmp_path / "runs").rglob("*.ckpt"))
 
 
+_MINIMAX_JUDGE = (
+    '[{"class_path": "rl_lightning.callbacks.GameEvaluation", "init_args": {"every_n_env_steps": 1000, '
+    '"num_games": 20, "opponents": ["rl_lightning.envs.games.bots.minimax.MinimaxBot"]}}]'
+)
+
+
+@pytest.mark.parametrize(
+    ("config", "args", "says"),
+    [("alphazero_tictactoe", ["--data.init_args.env.init_args.env_id", "open_spiel:kuhn_poker"],
+      r"data\.env: open_spiel:kuhn_poker hides information.*; AlphaZero plays perfect-information games"),
+     ("alphazero_tictactoe", ["--data.init_args.env.init_args.env_id", "open_spiel:pig"],
+      r"data\.env: open_spiel:pig has chance nodes; AlphaZero searches deterministic games"),
+     ("ppo_kuhn", ["--trainer.callbacks", _MINIMAX_JUDGE],
+      r"GameEvaluation: MinimaxBot cannot play open_spiel:kuhn_poker: it hides information")],
+)  # fmt: skip
+def test_cli_refusal_on_a_game_names_what_refuses_and_why(tmp_path, config, args, says):
+    """The bundled config's judge (a MinimaxBot opponent) refuses Kuhn poker too, but the line names the algorithm
+    the run trains; and a MinimaxBot that refuses names itself, not a bot it borrowed its check from."""
+    result = run_cli(["fit", "--config", f"configs/{config}.yaml", "--trainer.default_root_dir", str(tmp_path),
+                      "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"), *args], cwd=ROOT)  # fmt: skip
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith(ERROR_PREFIX)]
+    assert len(lines) == 1, result.stderr[-1500:]
+    assert re.search(says, lines[0]), lines[0]
+    assert "OpenSpielMCTSBot" not in lines[0]
+
+
 def test_bad_settings_and_envs_are_refused_in_one_line():
     with pytest.raises(ConfigError, match="explore_moves"):
         _module(explore_moves=-1)
@@ -272,36 +302,6 @@ def test_the_update_loss_reads_the_network_through_the_legal_moves_mask():
     assert terms.shape == (len(TERMS) - 1,)  # every term but the gradient norm
 
 
-def test_the_loss_weighs_the_tree_term_by_tree_coef():
-    torch.manual_seed(0)
-    module = _module(simulations=60, tree_targets=4, tree_min_visits=4, explore_moves=0, tree_coef=0.3)
-    states = _positions(1, 12, seed=3)
-    out = module.search_and_act(states, torch.Generator().manual_seed(0))
-    obs = torch.tensor([s.observation_tensor(s.current_player()) for s in states]).reshape(len(states), 3, 3, 3)
-    mask = torch.zeros(len(states), 9, dtype=torch.bool)
-    for row, state in enumerate(states):
-        mask[row, state.legal_actions()] = True
-    mb = {keys.OBS: obs, keys.ACTION_MASK: mask, SEARCH_POLICY: out[SEARCH_POLICY], keys.RETURN: torch.zeros(len(obs)),
-          **{key: out[key] for key in (TREE_OBS, TREE_MASK, TREE_POLICY, TREE_VALID)}}  # fmt: skip
-    loss, terms = module.minibatch_loss(mb)
-    root, tree = terms[TERMS.index("loss")], terms[TERMS.index("loss_tree")]
-    assert tree.item() == pytest.approx(module._tree_loss(mb).item())
-    assert tree > 0
-    assert loss.item() == pytest.approx((root + 0.3 * tree).item(), rel=1e-6)
-
-
-def test_adam_decays_the_weights_by_weight_decay():
-    module = _module(weight_decay=0.01, lr=1e-3)
-    optimizer = module.configure_optimizers()
-    before = [p.detach().clone() for p in module.parameters()]
-    for parameter in module.parameters():
-        parameter.grad = torch.zeros_like(parameter)  # no loss gradient: only the decay moves the weights
-    optimizer.step()
-    for old, new in zip(before, module.parameters(), strict=True):
-        big = old.abs() > 1e-2  # Adam's first step moves by lr·sign(g) where |g| = 0.01·|w| dwarfs eps
-        assert torch.allclose((old - new.detach())[big], 1e-3 * old[big].sign(), rtol=1e-3)
-
-
 def _tree_nodes(root):
     stack, nodes = [c for c in root.children if c is not None], []
     while stack:
@@ -337,21 +337,6 @@ def _naive_tree_loss(module, out, policy_input) -> float:
     return -torch.stack([(t[t > 0] * lp[t > 0]).sum() for t, lp in zip(target, log_p, strict=True)]).mean().item()
 
 
-def test_the_tree_loss_reads_normalised_observations_as_the_search_does():
-    torch.manual_seed(0)
-    module = _module(simulations=60, tree_targets=4, tree_min_visits=4, explore_moves=0, normalize_obs=True)
-    sample = _positions(1, 12, seed=3)
-    first = module.search_and_act(sample, torch.Generator().manual_seed(0))
-    module.obs_normalizer.update(first[TREE_OBS] * 3.0 + 1.0)  # statistics far from the identity
-    out = module.search_and_act(sample, torch.Generator().manual_seed(0))
-    valid = out[TREE_VALID]
-    assert valid.any()
-    mb = {key: out[key] for key in (TREE_OBS, TREE_MASK, TREE_POLICY, TREE_VALID)}
-    normalised = module.obs_normalizer(out[TREE_OBS][valid])
-    assert module._tree_loss(mb).item() == pytest.approx(_naive_tree_loss(module, out, normalised), rel=1e-5)
-    assert _naive_tree_loss(module, out, out[TREE_OBS][valid]) != pytest.approx(module._tree_loss(mb).item())
-
-
 def test_tree_targets_are_stored_per_decision_and_the_loss_reads_only_the_valid_ones():
     torch.manual_seed(0)
     module = _module(simulations=100, tree_targets=6, tree_min_visits=4, explore_moves=0)
@@ -375,3 +360,91 @@ def test_tree_targets_are_stored_per_decision_and_the_loss_reads_only_the_valid_
     assert loss.item() == pytest.approx(_naive_tree_loss(module, out, out[TREE_OBS][valid]), rel=1e-5)
     garbage = dict(mb, **{TREE_OBS: torch.where(valid[:, :, None, None, None], mb[TREE_OBS], 7.0)})
     assert module._tree_loss(garbage).item() == pytest.approx(loss.item(), rel=1e-6)  # invalid slots ignored
+
+
+def _cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Row by row: ``−Σ_a t_a log softmax(logits)_a`` over the moves with target mass."""
+    log_p = torch.log_softmax(logits, -1)
+    return torch.stack([-(t[t > 0] * lp[t > 0]).sum() for t, lp in zip(target, log_p, strict=True)])
+
+
+def test_the_update_loss_with_a_normaliser_is_the_loss_of_the_network_as_the_search_reads_it():
+    """``normalize_obs`` and ``tree_targets``: every position (roots and tree) reaches the network normalised, as the
+    search reads it (``logits_and_value`` on raw observations), and the tree term is weighted by ``tree_coef``."""
+    torch.manual_seed(0)
+    module = _module(simulations=60, tree_targets=4, tree_min_visits=4, explore_moves=0, normalize_obs=True,
+                     tree_coef=0.3, vf_coef=0.7, update_epochs=1, num_minibatches=1)  # fmt: skip
+    states = _positions(1, 24, seed=7)
+    obs = torch.tensor([s.observation_tensor(s.current_player()) for s in states]).reshape(len(states), 3, 3, 3)
+    mask = torch.zeros(len(states), 9, dtype=torch.bool)
+    for row, state in enumerate(states):
+        mask[row, state.legal_actions()] = True
+    module.obs_normalizer.update(obs)  # statistics far from the prior's (mean 0, var 1): raw and normalised differ
+    out = module.search_and_act(states, torch.Generator().manual_seed(0))
+    valid = out[TREE_VALID]
+    assert valid.sum() > 20
+    z = torch.linspace(-1, 1, len(states))
+    batch = out.select(keys.ACTION, SEARCH_POLICY, TREE_OBS, TREE_MASK, TREE_POLICY, TREE_VALID)
+    batch.update({keys.OBS: obs, keys.ACTION_MASK: mask, keys.RETURN: z, keys.VALUE: torch.zeros(len(states))})
+    seen: list[torch.Tensor] = []
+    loss_of = module.minibatch_loss
+
+    def recorded(mb):
+        loss, terms = loss_of(mb)
+        seen.append(loss.detach())
+        return loss, terms
+
+    module.minibatch_loss = recorded
+    terms = module.update(batch, torch.optim.SGD(module.parameters(), lr=0.0))  # one step that changes nothing
+    logits, value = module.logits_and_value(obs, mask)
+    tree_logits, _ = module.logits_and_value(out[TREE_OBS][valid], out[TREE_MASK][valid])
+    root_ce = _cross_entropy(logits, out[SEARCH_POLICY]).mean()
+    tree_ce = _cross_entropy(tree_logits, out[TREE_POLICY][valid]).mean()
+    assert terms["loss_tree"].item() == pytest.approx(tree_ce.item(), rel=1e-5)
+    assert terms["loss_policy"].item() == pytest.approx(root_ce.item(), rel=1e-5)
+    expected = root_ce + 0.7 * 0.5 * (value - z).pow(2).mean() + 0.3 * tree_ce
+    assert len(seen) == 1
+    assert seen[0].item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("fraction", [0.0, 1.0])
+def test_self_play_mixes_root_noise_into_each_rows_search(fraction):
+    """Through the acting path a collector steps: 90 games at their first move, searched with 2 simulations (the
+    second visits the root's highest prior). With pure noise of a small concentration (near one-hot draws) the
+    moves spread over the board; without noise every row searches the same network prior and plays the same move."""
+    module = _module(simulations=2, dirichlet_alpha=0.05, dirichlet_fraction=fraction, explore_moves=0)
+    env = BatchedEnv(OpenSpielEnv("open_spiel:tic_tac_toe"), 90, seed=0)
+    obs = env.reset()
+    out = module.acting_policy(env, training=True)(obs, torch.Generator().manual_seed(0))
+    assert torch.equal(out[SEARCH_POLICY].argmax(-1), out[keys.ACTION])  # the most visited move (explore_moves 0)
+    played = set(out[keys.ACTION].tolist())
+    if fraction == 0.0:
+        assert len(played) == 1
+    else:
+        assert len(played) >= 7  # 9 moves, each the noise's favourite in ~10 of 90 rows
+    env.close()
+
+
+def test_the_optimiser_is_adam_with_the_coupled_l2_penalty_of_a_hand_written_step():
+    """Three steps of ``configure_optimizers``' optimiser against Adam written out with ``g + weight_decay·θ`` as its
+    gradient. The gradients are small beside ``weight_decay·θ``, so the penalty sets the direction of every step."""
+    module = _module(lr=0.01, weight_decay=0.05, adam_eps=1e-8)
+    optimizer = module.configure_optimizers()
+    params = [p for p in module.parameters() if p.requires_grad]
+    theta = [p.detach().clone().double() for p in params]
+    m = [torch.zeros_like(t) for t in theta]
+    v = [torch.zeros_like(t) for t in theta]
+    gen = torch.Generator().manual_seed(0)
+    for step in range(1, 4):
+        grads = [1e-4 * torch.randn(p.shape, generator=gen) for p in params]
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g.clone()
+        optimizer.step()
+        for i, g in enumerate(grads):
+            g = g.double() + 0.05 * theta[i]
+            m[i] = 0.9 * m[i] + 0.1 * g
+            v[i] = 0.999 * v[i] + 0.001 * g * g
+            m_hat, v_hat = m[i] / (1 - 0.9**step), v[i] / (1 - 0.999**step)
+            theta[i] = theta[i] - 0.01 * m_hat / (v_hat.sqrt() + 1e-8)
+    for p, t in zip(params, theta, strict=True):
+        torch.testing.assert_close(p.detach().double(), t, rtol=1e-4, atol=1e-6)

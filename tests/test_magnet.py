@@ -324,3 +324,26 @@ def test_a_reset_magnet_is_a_frozen_copy_recopied_every_reset_env_steps_and_resu
     twin.load_state_dict({k: v for k, v in module.state_dict().items() if not k.startswith("magnet.")}, strict=False)
     twin.magnet.before_update(_at(twin, 70))  # 30 past its saved copy at 40: stays frozen
     assert not torch.equal(twin.magnet.state_dict()["actor__0__weight"], module.actor[0].weight.detach())
+
+
+@pytest.mark.parametrize("decay", [40, None])
+def test_the_weight_and_the_ema_rate_decay_over_decay_env_steps_else_over_the_budget(decay: int | None) -> None:
+    """A budget of 100 env steps: the weight 1 -> 0 (linear) and the EMA rate 0.5 -> 0.05 (geometric) reach their
+    ends at ``decay_env_steps`` (40), or at the budget when it is null; hand-written, held after the end."""
+    spec = {"kind": "ema", "coef": 1.0, "schedule": "linear", "final_coef": 0.0, "decay_env_steps": decay,
+            "ema_tau": 0.5, "ema_final_tau": 0.05}  # fmt: skip
+    module = _selfplay(spec)[0]
+    gen = torch.Generator().manual_seed(3)
+    reference = {k: v.clone() for k, v in module.magnet.state_dict().items()}
+    span = decay or 100
+    for env_steps in (10, 30, 50, 80, 120):
+        _nudge(module, gen)
+        module.magnet.before_update(_at(module, env_steps))  # total_env_steps=100
+        progress = min(env_steps / span, 1.0)
+        assert module.magnet.coef == pytest.approx(1.0 - progress)
+        rate = 0.5 * 0.1**progress
+        weights = {f"{net}__{n.replace('.', '__')}": p.detach()
+                   for net in ("encoder", "actor") for n, p in getattr(module, net).named_parameters()}  # fmt: skip
+        reference = {k: r + rate * (weights[k] - r) for k, r in reference.items()}
+        for key, value in reference.items():
+            torch.testing.assert_close(module.magnet.state_dict()[key], value)

@@ -51,8 +51,13 @@ def test_minimax_never_loses_and_draws_itself() -> None:
     assert itself["draw_rate"] == 1
 
 
-def test_refuses_hidden_information() -> None:
-    with pytest.raises(ConfigError, match="hides information"):
-        MinimaxBot().check_env(OpenSpielEnv("open_spiel:kuhn_poker"))
+@pytest.mark.parametrize(("game", "why"), [("kuhn_poker", "it hides information"), ("pig", "it has chance nodes")])
+def test_refuses_games_it_cannot_solve_naming_itself_and_why(game: str, why: str) -> None:
+    with pytest.raises(ConfigError, match=rf"^GameEvaluation: MinimaxBot cannot play \S*{game}: {why}") as err:
+        MinimaxBot().check_env(OpenSpielEnv(f"open_spiel:{game}"), "GameEvaluation")
+    assert "OpenSpielMCTSBot" not in str(err.value)  # no other bot's name, nor a bot refused on this game too
+
+
+def test_refuses_rows_without_engine_states() -> None:
     with pytest.raises(ConfigError, match="engine states"):
         MinimaxBot()(None, torch.ones(1, 9, dtype=torch.bool), torch.zeros(1), torch.Generator())

@@ -20,7 +20,7 @@ from rl_lightning.algos.ppo_update import TERM_NAMES, PPOUpdate
 from rl_lightning.algos.selfplay_targets import TRAIN_KEY
 from rl_lightning.envs.base import ACTION_KINDS, EnvSpec, require_action_kind
 from rl_lightning.errors import ConfigError, check_fields, require_torch_compile
-from rl_lightning.networks.encoders import DECODERS, ObsEncoder
+from rl_lightning.networks.encoders import ObsEncoder
 from rl_lightning.networks.mlp import flat_size, mlp
 from rl_lightning.networks.normalizers import RewardScaler, observation_normalizer
 from rl_lightning.objectives.ppo import explained_variance, ppo_loss
@@ -164,12 +164,6 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
             )
         require_action_kind(spec, "PPO", ACTION_KINDS)
         self.encoder = ObsEncoder(spec, encoder)
-        if normalize_obs and any(isinstance(part, tuple(DECODERS.values())) for part in self.encoder.encoders):
-            raise ConfigError(
-                f"model.normalize_obs=true with model.encoder={encoder!r}: a game's fixed decoding reads the raw "
-                "observation (cards and seats as exact values), which normalising would scramble; set "
-                "model.normalize_obs: false"
-            )
         self.critic_encoder = None if share_encoder else ObsEncoder(spec, encoder)
         obs_dim = self.encoder.out_dim
         kind = spec.action_kind
@@ -181,6 +175,10 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         self.critic = mlp(obs_dim, 1, hidden_sizes, activation, output_gain=1.0, orthogonal=ortho_init)
         if kind == "box":
             self.log_std = nn.Parameter(torch.full((out_dim,), float(init_log_std)))
+        if normalize_obs and self.encoder.decoded_leaves:  # normalised entries index past the decoding's tables
+            raise ConfigError(f"model.normalize_obs=true: model.encoder={encoder!r} decodes "
+                              f"{self.encoder.decoded_leaves} from their raw 0/1 entries, which normalising would "
+                              "change; set normalize_obs: false")  # fmt: skip
         # Statistics are buffers: checkpointed with the weights, updated only from training rollouts.
         self.obs_normalizer = observation_normalizer(spec, norm_clip_obs) if normalize_obs else None
         self.reward_scaler = RewardScaler(gamma, norm_clip_reward) if normalize_reward else None

@@ -228,6 +228,12 @@ class ObsEncoder(nn.Module):
         decoders = tuple(DECODERS.values())
         return any(isinstance(enc, decoders) for enc in self.encoders) and next(self.parameters(), None) is None
 
+    @property
+    def decoded_leaves(self) -> list[str]:
+        """The leaves a game's fixed decoding reads (their raw entries: a normaliser must not change them)."""
+        decoders = tuple(DECODERS.values())
+        return [leaf_name(key) for key, enc in zip(self.keys, self.encoders, strict=True) if isinstance(enc, decoders)]
+
     def forward(self, obs: torch.Tensor | TensorDict) -> torch.Tensor:
         parts = [enc(obs if key == () else obs[key]) for key, enc in zip(self.keys, self.encoders, strict=True)]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)

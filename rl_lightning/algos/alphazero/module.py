@@ -189,9 +189,8 @@ class AlphaZero(PPO):
         hp = self.hparams
         seed = int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
         noise = (hp.dirichlet_alpha, hp.dirichlet_fraction, np.random.default_rng(seed))
-        visits, values, tree = self.search.search(
-            states, noise if hp.dirichlet_fraction > 0 else None, read=self._read_roots
-        )
+        visits, values, tree = self.search.search(states, noise if hp.dirichlet_fraction > 0 else None,
+                                                  read=self._read_roots)
         visits = torch.from_numpy(visits)
         drawn = torch.multinomial(visits.to(generator.device), 1, generator=generator).cpu()
         exploring = torch.tensor([state.move_number() < hp.explore_moves for state in states])
@@ -212,12 +211,9 @@ class AlphaZero(PPO):
         tree: dict[str, torch.Tensor] = {}
         if hp.tree_targets:
             k, rows = hp.tree_targets, len(roots)
-            tree = {
-                TREE_OBS: torch.zeros(rows, k, *self.env_spec.obs_shape),
-                TREE_MASK: torch.ones(rows, k, num_actions, dtype=torch.bool),
-                TREE_POLICY: torch.zeros(rows, k, num_actions),
-                TREE_VALID: torch.zeros(rows, k, dtype=torch.bool),
-            }
+            tree = {TREE_OBS: torch.zeros(rows, k, *self.env_spec.obs_shape),
+                    TREE_MASK: torch.ones(rows, k, num_actions, dtype=torch.bool),
+                    TREE_POLICY: torch.zeros(rows, k, num_actions), TREE_VALID: torch.zeros(rows, k, dtype=torch.bool)}
             picked = tree_positions(roots, k, hp.tree_min_visits)
             nodes = [node for row in picked for node in row]
             if nodes:
@@ -255,9 +251,10 @@ class AlphaZero(PPO):
         return loss, torch.stack([terms[name] for name in TERMS[:-1]]).detach()
 
     def _tree_loss(self, mb: dict[str, Any]) -> torch.Tensor:
-        """The mean cross-entropy of the policy to the tree positions' targets, over the valid ones."""
+        """The mean cross-entropy of the policy to the tree positions' targets, over the valid ones. The positions are
+        stored raw, as the search observed them: normalised here as the search's network reads them."""
         obs = mb[TREE_OBS].flatten(0, 1)
-        if self.obs_normalizer is not None:  # as the search and the root loss read them
+        if self.obs_normalizer is not None:
             obs = self.obs_normalizer(obs)
         logits = D.masked_logits(self.actor(self.encoder(obs)), mb[TREE_MASK].flatten(0, 1))
         cross_entropy = soft_cross_entropy(torch.log_softmax(logits, -1), mb[TREE_POLICY].flatten(0, 1))

@@ -5,7 +5,7 @@ Each state's game value (for the seat to move, under optimal play by both) is co
 tree, cached by the state's string (tic-tac-toe: 5,478 positions; the first call fills the cache in about a second).
 The bot plays uniformly at random among the moves that keep that value, drawn from the match's generator, so its
 games vary while it never gives up value. It reads the engine state (``needs_engine_state``), as
-``OpenSpielMCTSBot`` does, and refuses the same envs.
+``OpenSpielMCTSBot`` does; ``check_env`` refuses, in one line naming MinimaxBot, the games it cannot solve.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from typing import Any
 
 import torch
 
-from rl_lightning.envs.games.bots.mcts import OpenSpielMCTSBot
 from rl_lightning.errors import ConfigError
+
+_FITS = ("MinimaxBot plays small deterministic perfect-information two-player zero-sum OpenSpiel games with terminal "
+         "rewards (tic_tac_toe)")
 
 
 class MinimaxBot:
@@ -27,10 +29,24 @@ class MinimaxBot:
         self._values: dict[str, float] = {}
 
     def check_env(self, env: Any, field: str = "MinimaxBot") -> None:
-        """Refuse, in one line, an env this bot cannot search (no engine states, hidden information)."""
-        OpenSpielMCTSBot.check_env(self, env, field)  # type: ignore[arg-type]
-        if env.spec.num_seats != 2:
-            raise ConfigError(f"{field}: MinimaxBot plays two-player games; {env.spec.name} has {env.spec.num_seats}")
+        """Refuse, in one line naming MinimaxBot and why, an env this bot cannot search: no engine states, hidden
+        information, chance nodes, rewards during the game, or not two zero-sum seats."""
+        name = getattr(getattr(env, "spec", None), "name", type(env).__name__)
+        game = getattr(env, "game", None)
+        if not callable(getattr(env, "engine_state", None)) or game is None:
+            raise ConfigError(f"{field}: MinimaxBot searches the engine's game state, which {name} "
+                              f"({type(env).__name__}) does not expose; {_FITS}")  # fmt: skip
+        game_type = game.get_type()
+        problems = {
+            "hides information, and a minimax over the true state would read it": not env.spec.perfect_information,
+            "has chance nodes, which a minimax does not average over": game_type.chance_mode.name != "DETERMINISTIC",
+            "pays rewards during the game": game_type.reward_model.name != "TERMINAL",
+            f"has {env.spec.num_seats} seats, not two zero-sum ones": env.spec.num_seats != 2
+            or game_type.utility.name != "ZERO_SUM",
+        }
+        for problem, found in problems.items():
+            if found:
+                raise ConfigError(f"{field}: MinimaxBot cannot play {name}: it {problem}; {_FITS}")
 
     def value(self, state: Any) -> float:
         """The game value for the player to move in ``state`` (its return under optimal play by both)."""
