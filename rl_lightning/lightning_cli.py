@@ -8,6 +8,7 @@ callbacks a run's settings ask for (DESIGN.md section 11: an algorithm builds no
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -160,9 +161,11 @@ class RLLightningCLI(LightningCLI):
 
     def before_validate(self) -> None:
         self._check_checkpoint_fits()
+        widen_piped_console()
 
     def before_test(self) -> None:
         self._check_checkpoint_fits()
+        widen_piped_console()
 
     def _check_callbacks_fit(self) -> None:
         """Let each callback that can (``check_datamodule``) refuse the datamodule's env before the trainer starts
@@ -194,6 +197,26 @@ class RLLightningCLI(LightningCLI):
         source = f"ckpt_path={ckpt_path!r}"
         check_env_spec(checkpoint, self.model.env_spec, source=source)
         check_weights_fit(checkpoint, self.model, source=source)
+
+
+#: Columns of the results table when stdout is a pipe or file: Lightning sizes each column to the longest metric name
+#: (at most 60 characters), so two columns need about 130; Rich would squeeze them into 80 and cut the names.
+PIPED_WIDTH = 160
+
+
+def widen_piped_console() -> None:
+    """Let the ``validate``/``test`` results table print whole metric names when stdout is not a terminal.
+
+    Rich takes a pipe to be 80 columns wide, so ``test/vs_heuristic/points_per_hand_seat0`` ... ``_seat3`` all read
+    ``test/vs_heuristic/points_per_hand_s…``. A width the user set (``COLUMNS``) is kept.
+    """
+    try:
+        from rich import get_console
+    except ImportError:  # Lightning prints a plain table without Rich, folding names at 60 columns (not cutting them)
+        return
+    console = get_console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = max(console.width, PIPED_WIDTH)
 
 
 def log_beside_run(trainer: pl.Trainer, ckpt_path: str, subcommand: str) -> None:
