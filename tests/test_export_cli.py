@@ -4,8 +4,10 @@ nothing, refusals of what cannot be exported, and the Hearts bot played by ``onn
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +41,7 @@ def test_export_writes_a_file_and_says_what_it_takes(cartpole_ckpt, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"wrote {out} (onnx); inputs: obs float32[B,4]; outputs: action, logits" in result.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["policy.onnx"]  # no temporary file left beside it
+    assert _mode(out) == _mode(cartpole_ckpt)  # readable as the checkpoint is (mkstemp made it -rw-------)
     # A quiet command: nothing but what it wrote (the exporter logged "torchvision is not installed" four times).
     assert result.stderr == "", result.stderr
 
@@ -106,6 +109,23 @@ def test_an_operator_onnx_lacks_is_named_and_nothing_is_written(cartpole_ckpt, t
     assert list(tmp_path.iterdir()) == []
     write(graph, "torch_export", tmp_path / "p.pt2")  # torch.export itself has the op
     assert [p.name for p in tmp_path.iterdir()] == ["p.pt2"]
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027], ids=["022", "027"])
+def test_exported_files_honour_the_umask(cartpole_ckpt, tmp_path, umask):
+    """The writer renames a ``mkstemp`` file into place, and ``mkstemp`` creates it ``-rw-------`` whatever the umask:
+    a service running as another user could read the checkpoint but not the file exported from it."""
+    graph = policy_graph(load_policy(str(cartpole_ckpt)))
+    old = os.umask(umask)
+    try:
+        write(graph, "torch_export", tmp_path / "p.pt2")
+    finally:
+        os.umask(old)
+    assert _mode(tmp_path / "p.pt2") == 0o666 & ~umask
 
 
 def test_a_write_that_fails_midway_leaves_nothing(cartpole_ckpt, tmp_path, monkeypatch):

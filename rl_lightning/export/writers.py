@@ -45,10 +45,18 @@ def write(graph: PolicyGraph, fmt: str, out: Path) -> None:
     os.close(fd)
     try:
         writer(graph, Path(tmp))
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it -rw-------; give it the mode open() would have
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def _umask() -> int:
+    """The process's umask (reading it means setting it: put it straight back)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
 
 
 def exported_program(graph: PolicyGraph) -> torch.export.ExportedProgram:
