@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -40,6 +40,15 @@ TRAINER_DEFAULTS: dict[str, Any] = {
         "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
         "init_args": {"save_dir": "runs", "name": "rl_lightning"},
     },
+}
+
+
+#: What ``rl-lightning --help`` says of each LightningCLI subcommand (Lightning's docstring lines were cut mid-sentence,
+#: and its ``predict`` is not offered: an RL module has no predict dataloader). One line: argparse's help column.
+SUBCOMMAND_HELP = {
+    "fit": "Train a policy for data.total_env_steps env steps.",
+    "validate": "Evaluate a checkpoint (--ckpt_path); logs eval/*.",
+    "test": "Evaluate a checkpoint (--ckpt_path); logs test/*.",
 }
 
 
@@ -83,6 +92,25 @@ class RLLightningCLI(LightningCLI):
 
     _checkpoint: dict[str, Any] | None = None  # read by _parse_ckpt_path, checked against the model, then dropped
 
+    def __init__(self, *args: Any, plugged: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        """``plugged``: the subcommands ``rl_lightning.cli`` runs before this CLI (``export``, ...) and the line
+        ``--help`` gives each; the other arguments are LightningCLI's."""
+        self._plugged = dict(plugged or {})
+        super().__init__(*args, **kwargs)
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        return {name: skip for name, skip in LightningCLI.subcommands().items() if name in SUBCOMMAND_HELP}
+
+    def _add_subcommands(self, parser: LightningArgumentParser, **kwargs: Any) -> None:
+        """Lightning's subcommands with this CLI's help lines, then the plugged ones, so ``--help`` lists them all."""
+        super()._add_subcommands(parser, **kwargs)
+        action = parser._subcommands_action
+        for choice in action._choices_actions:
+            choice.help = SUBCOMMAND_HELP.get(choice.dest, choice.help)
+        for name, summary in self._plugged.items():
+            action.add_subcommand(name, self.init_parser(description=summary), help=summary)
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument(
             "--num_threads",
@@ -111,6 +139,8 @@ class RLLightningCLI(LightningCLI):
         subcommand = self.config.get("subcommand")
         if subcommand is None:
             return
+        if subcommand in self._plugged:  # reached only with options before it: rl-lightning --config x.yaml export
+            raise ConfigError(f"{subcommand} takes its own options after its name: rl-lightning {subcommand} --help")
         config = self.config[subcommand]
         ckpt_path = config.get("ckpt_path")
         if ckpt_path is None and subcommand in ("validate", "test"):
@@ -286,8 +316,10 @@ def _find_last_checkpoint(trainer: pl.Trainer, required: bool) -> str | None:
     return str(max(found, key=lambda p: p.stat().st_mtime))
 
 
-def cli_main(args: Sequence[str] | None = None, run: bool = True) -> RLLightningCLI:
-    """Build (and by default run) the CLI; ``args`` defaults to ``sys.argv[1:]``."""
+def cli_main(
+    args: Sequence[str] | None = None, run: bool = True, plugged: Mapping[str, str] | None = None
+) -> RLLightningCLI:
+    """Build (and by default run) the CLI; ``args`` defaults to ``sys.argv[1:]``, ``plugged`` as ``RLLightningCLI``."""
     if args is None:  # rewrite sys.argv in place: LightningCLI warns when given both
         sys.argv[1:] = resolve_config_args(sys.argv[1:])
         argv = None
@@ -303,4 +335,5 @@ def cli_main(args: Sequence[str] | None = None, run: bool = True) -> RLLightning
         save_config_kwargs={"overwrite": True},
         args=argv,
         run=run,
+        plugged=plugged,
     )
