@@ -7,7 +7,7 @@ import pytest
 
 from tests.cli_subprocess import error_line, run_cli
 
-pytest.importorskip("pyspiel", reason="needs pip install 'rl_lightning[games]'")
+pytest.importorskip("pyspiel", reason='needs pip install -e ".[games]"')
 
 BOT = "rl_lightning.envs.games.bots.HeartsHeuristic"
 SMALL = ["--model.init_args.hidden_sizes", "[32]", "--model.init_args.encoder", "hearts"]

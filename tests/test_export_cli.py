@@ -24,8 +24,8 @@ from rl_lightning.export.writers import write
 from tests.cli_subprocess import error_line, run_cli, snapshot
 from tests.test_export import fit_checkpoint
 
-pytest.importorskip("onnxruntime", reason="needs pip install 'rl_lightning[export]'")
-pytest.importorskip("onnxscript", reason="needs pip install 'rl_lightning[export]'")
+pytest.importorskip("onnxruntime", reason='needs pip install -e ".[export]"')
+pytest.importorskip("onnxscript", reason='needs pip install -e ".[export]"')
 
 HANDS = 100
 
@@ -186,7 +186,7 @@ def _play_hands(policy, hands: int, seed: int) -> tuple[np.ndarray, np.ndarray, 
 
 
 def test_hearts_bot_plays_recorded_hands_in_onnxruntime_alone(tmp_path):
-    pytest.importorskip("pyspiel", reason="needs pip install 'rl_lightning[games]'")
+    pytest.importorskip("pyspiel", reason='needs pip install -e ".[games]"')
     tiny = ["--data.init_args.num_envs", "4", "--data.init_args.num_steps", "40", "--data.init_args.total_env_steps",
             "320", "--model.init_args.update_epochs", "1", "--model.init_args.num_minibatches", "2",
             "--model.init_args.hidden_sizes", "[32]", "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"),

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _lint_imports() -> list[str]:
     found = shutil.which("lint-imports") or shutil.which("lint-imports", path=str(Path(sys.executable).parent))
     if found is None:
-        pytest.skip("import-linter is not installed (pip install -e '.[dev]')")
+        pytest.skip('import-linter is not installed (pip install -e ".[dev]")')
     return [found, "--config", str(ROOT / "pyproject.toml")]
 
 

@@ -80,7 +80,7 @@ def _write_onnx(graph: PolicyGraph, path: Path) -> None:
         import onnx  # noqa: F401
         import onnxscript  # noqa: F401 - the dynamo exporter translates with it
     except ImportError:
-        raise ConfigError("export --format onnx needs onnx and onnxscript: pip install -e '.[export]'") from None
+        raise ConfigError('export --format onnx needs onnx and onnxscript: pip install -e ".[export]"') from None
     program = exported_program(graph)
     names = [t.name for t in graph.inputs]
     registry = logging.getLogger(_REGISTRY_LOGGER)
