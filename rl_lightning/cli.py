@@ -1,7 +1,7 @@
 """``rl-lightning``: ``fit``/``validate``/``test`` (``rl_lightning.lightning_cli``) and the subcommands plugged in here.
 
 Each subcommand is a module with ``main(argv)`` (``export``, ``record``, ``tune``), registered in ``SUBCOMMANDS``;
-none imports this module back (DESIGN.md section 11). The names below ``main`` are re-exported for scripts and tests
+none imports this module back (docs/architecture.md). The names below ``main`` are re-exported for scripts and tests
 that import them from here.
 """
 

@@ -1,7 +1,7 @@
 """``rl-lightning fit|validate|test``: the LightningCLI of RL runs (``cli_main``), below the subcommands that reuse it.
 
 ``rl_lightning.cli`` dispatches to it; ``rl-lightning tune`` resolves its trials' configs through it. It wires the
-callbacks a run's settings ask for (DESIGN.md section 11: an algorithm builds none of them): ``Histograms`` for
+callbacks a run's settings ask for (docs/architecture.md: an algorithm builds none of them): ``Histograms`` for
 ``model.histograms_every_n_updates``, ``EvalRequests`` for ``validate``/``test``, and the env-step progress bar.
 """
 
