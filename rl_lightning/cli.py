@@ -1,7 +1,7 @@
 """``rl-lightning``: ``fit``/``validate``/``test`` (``rl_lightning.lightning_cli``) and the subcommands plugged in here.
 
 Each subcommand is a module with ``main(argv)`` (``export``, ``record``, ``tune``), registered in ``SUBCOMMANDS``;
-none imports this module back (DESIGN.md section 11). The names below ``main`` are re-exported for scripts and tests
+none imports this module back (docs/architecture.md). The names below ``main`` are re-exported for scripts and tests
 that import them from here.
 """
 
@@ -31,8 +31,8 @@ from rl_lightning.lightning_cli import (
 from rl_lightning.tune import cli as tune_cli
 
 __all__ = [
-    "SUBCOMMANDS", "TRAINER_DEFAULTS", "RLArgumentParser", "RLLightningCLI", "bundled_dirs", "cli_main",
-    "close_process_group", "condense_error", "main", "one_callback_per_class", "resolve_config",
+    "SUBCOMMANDS", "SUBCOMMAND_HELP", "TRAINER_DEFAULTS", "RLArgumentParser", "RLLightningCLI", "bundled_dirs",
+    "cli_main", "close_process_group", "condense_error", "main", "one_callback_per_class", "resolve_config",
     "resolve_config_args",
 ]  # fmt: skip
 
@@ -41,6 +41,12 @@ SUBCOMMANDS: dict[str, ModuleType] = {
     "export": export_cli,  # a checkpoint's policy as an ONNX or torch.export file: its own parser, no trainer
     "record": record_cli,  # a bot's games as behaviour-cloning records (rl_lightning/data/records.py)
     "tune": tune_cli,  # an Optuna study whose trials are fits (rl_lightning/tune/)
+}
+#: What ``rl-lightning --help`` says of each (one line: argparse's help column is about 55 characters wide).
+SUBCOMMAND_HELP = {
+    "export": "Write a policy as an ONNX or torch.export file.",
+    "tune": "Search hyper-parameters: an Optuna study of fits.",
+    "record": "Play a bot's games and save them for cloning (bc).",
 }
 
 
@@ -57,7 +63,7 @@ def main(args: Sequence[str] | None = None) -> None:
             SUBCOMMANDS[argv[0]].main(argv[1:])
         else:  # only fit/validate/test poll the stop request; the other commands keep Python's signal defaults
             with stop.signals_request_stop():
-                cli_main(args)
+                cli_main(args, plugged={name: SUBCOMMAND_HELP[name] for name in SUBCOMMANDS})
         close_process_group()
     except SIGTERMException as err:  # SIGTERM or a first Ctrl+C: raised by ``stop.check()`` or at an update boundary
         signum = getattr(err, "signum", signal.SIGTERM)

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from typing import Any
 
 
 class ConfigError(ValueError):
     """Bad user input (config value, checkpoint, env id): the message names the field, the value and the fix."""
+
+
+def nearest(name: str, choices: Iterable[str]) -> str | None:
+    """The one of ``choices`` closest to ``name`` (difflib's ratio of at least 0.6), for a "did you mean" hint."""
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return close[0] if close else None
 
 
 def check_fields(checks: list[tuple[str, bool, str]], values: Any, prefix: str = "model") -> None:

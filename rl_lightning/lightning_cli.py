@@ -1,15 +1,18 @@
 """``rl-lightning fit|validate|test``: the LightningCLI of RL runs (``cli_main``), below the subcommands that reuse it.
 
 ``rl_lightning.cli`` dispatches to it; ``rl-lightning tune`` resolves its trials' configs through it. It wires the
-callbacks a run's settings ask for (DESIGN.md section 11: an algorithm builds none of them): ``Histograms`` for
+callbacks a run's settings ask for (docs/architecture.md: an algorithm builds none of them): ``Histograms`` for
 ``model.histograms_every_n_updates``, ``EvalRequests`` for ``validate``/``test``, and the env-step progress bar.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
+import os
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -26,7 +29,7 @@ from rl_lightning.callbacks.eval_requests import EvalRequests
 from rl_lightning.callbacks.histograms import Histograms, check_histograms_config
 from rl_lightning.callbacks.progress import EnvStepProgressBar
 from rl_lightning.cli_args import resolve_config_args
-from rl_lightning.errors import ConfigError
+from rl_lightning.errors import ConfigError, nearest
 from rl_lightning.lineage import check_env_spec, check_family, check_weights_fit, read_checkpoint
 from rl_lightning.loggers import check_logger_config
 from rl_lightning.trainer_errors import trainer_setting_error
@@ -42,20 +45,79 @@ TRAINER_DEFAULTS: dict[str, Any] = {
 }
 
 
+#: What ``rl-lightning --help`` says of each LightningCLI subcommand (Lightning's docstring lines were cut mid-sentence,
+#: and its ``predict`` is not offered: an RL module has no predict dataloader). One line: argparse's help column.
+SUBCOMMAND_HELP = {
+    "fit": "Train a policy for data.total_env_steps env steps.",
+    "validate": "Evaluate a checkpoint (--ckpt_path); logs eval/*.",
+    "test": "Evaluate a checkpoint (--ckpt_path); logs test/*.",
+}
+
+
 class RLArgumentParser(LightningArgumentParser):
     """Parser whose errors are one line (field and innermost reason) instead of the usage plus a nested report."""
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # type: ignore[override]
         if not self.exit_on_error:  # jsonargparse's internal trial parses: keep raising for it to catch
             super().error(message, ex)
+        close = nearest_option(message, self)
+        hint = f"; did you mean {close}?" if close else ""
         print(
-            f"rl-lightning: error: {condense_error(message)} (see: rl-lightning {{fit,validate,test}} --help)",
+            f"rl-lightning: error: {condense_error(message)}{hint} (see: rl-lightning {{fit,validate,test}} --help)",
             file=sys.stderr,
         )
         raise SystemExit(2)
 
 
 _NOISE = ("Does not validate", "Subtypes:", "Errors:", "Given value", "- Expected a <class 'NoneType'>")
+
+
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: (?:\S+ )*?(--[^\s=]+)")
+_NOT_ACCEPTED_KEY = re.compile(r"(?:Subcommand '\w+'|Group '([\w.]+)') does not accept option '([\w.]+)'")
+_NOT_ACCEPTED = re.compile(r"Parser key \"(\w+)\".*class_path '([\w.]+)'.*Option '([\w.]+)' is not accepted", re.S)
+
+
+def nearest_option(message: str, parser: LightningArgumentParser) -> str | None:
+    """The valid option nearest to the misspelt one a jsonargparse error names, if one is close: a class's init
+    argument (``model.init_args.simulations``) or a parser's option (``--trainer.max_steps``)."""
+    found = _NOT_ACCEPTED.search(message)
+    if found:
+        field, class_path, key = found.groups()
+        first, dot, rest = key.partition(".")
+        close = nearest(first, _init_arguments(class_path))
+        return f"{field}.init_args.{close}{dot}{rest}" if close else None
+    subcommands = getattr(parser._subcommands_action, "_name_parser_map", {}) if parser._subcommands_action else {}
+    options = {o for p in [parser, *subcommands.values()] for o in p._option_string_actions if o.startswith("--")}
+    found = _NOT_ACCEPTED_KEY.search(message)  # a config file's key: the hint is a key too, without dashes
+    if found:
+        group, key = found.groups()
+        close = nearest_option(f"unrecognized arguments: --{group + '.' if group else ''}{key}", parser)
+        return close.removeprefix("--") if close else None
+    found = _UNRECOGNIZED.search(message)
+    if not found:
+        return None
+    typed = found.group(1)
+    close = nearest(typed, options)
+    if close:
+        return close
+    root, dot, rest = typed.partition(".")  # --modle.init_args.lr: nested keys are not options; fix the root
+    roots = {option.split(".")[0] for option in options}
+    close = None if root in roots else nearest(root, roots)
+    return f"{close}{dot}{rest}" if close else None
+
+
+def _init_arguments(class_path: str) -> list[str]:
+    """The ``__init__`` arguments of the class at ``class_path``, its bases' too where it passes ``**kwargs`` on."""
+    cls = _model_class(class_path)
+    names: list[str] = []
+    for klass in getattr(cls, "__mro__", ()):
+        if "__init__" not in vars(klass):
+            continue
+        params = list(inspect.signature(vars(klass)["__init__"]).parameters.values())[1:]
+        names += [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return names
 
 
 def condense_error(message: str) -> str:
@@ -81,6 +143,25 @@ class RLLightningCLI(LightningCLI):
     """
 
     _checkpoint: dict[str, Any] | None = None  # read by _parse_ckpt_path, checked against the model, then dropped
+
+    def __init__(self, *args: Any, plugged: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        """``plugged``: the subcommands ``rl_lightning.cli`` runs before this CLI (``export``, ...) and the line
+        ``--help`` gives each; the other arguments are LightningCLI's."""
+        self._plugged = dict(plugged or {})
+        super().__init__(*args, **kwargs)
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        return {name: skip for name, skip in LightningCLI.subcommands().items() if name in SUBCOMMAND_HELP}
+
+    def _add_subcommands(self, parser: LightningArgumentParser, **kwargs: Any) -> None:
+        """Lightning's subcommands with this CLI's help lines, then the plugged ones, so ``--help`` lists them all."""
+        super()._add_subcommands(parser, **kwargs)
+        action = parser._subcommands_action
+        for choice in action._choices_actions:
+            choice.help = SUBCOMMAND_HELP.get(choice.dest, choice.help)
+        for name, summary in self._plugged.items():
+            action.add_subcommand(name, self.init_parser(description=summary), help=summary)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument(
@@ -110,6 +191,8 @@ class RLLightningCLI(LightningCLI):
         subcommand = self.config.get("subcommand")
         if subcommand is None:
             return
+        if subcommand in self._plugged:  # reached only with options before it: rl-lightning --config x.yaml export
+            raise ConfigError(f"{subcommand} takes its own options after its name: rl-lightning {subcommand} --help")
         config = self.config[subcommand]
         ckpt_path = config.get("ckpt_path")
         if ckpt_path is None and subcommand in ("validate", "test"):
@@ -161,9 +244,11 @@ class RLLightningCLI(LightningCLI):
 
     def before_validate(self) -> None:
         self._check_checkpoint_fits()
+        widen_piped_console()
 
     def before_test(self) -> None:
         self._check_checkpoint_fits()
+        widen_piped_console()
 
     def _check_model_fits(self) -> None:
         """Let the model refuse the datamodule (``check_config``: an env the algorithm cannot learn on, rollout
@@ -202,6 +287,26 @@ class RLLightningCLI(LightningCLI):
         source = f"ckpt_path={ckpt_path!r}"
         check_env_spec(checkpoint, self.model.env_spec, source=source)
         check_weights_fit(checkpoint, self.model, source=source)
+
+
+#: Columns of the results table when stdout is a pipe or file: Lightning sizes each column to the longest metric name
+#: (at most 60 characters), so two columns need about 130; Rich would squeeze them into 80 and cut the names.
+PIPED_WIDTH = 160
+
+
+def widen_piped_console() -> None:
+    """Let the ``validate``/``test`` results table print whole metric names when stdout is not a terminal.
+
+    Rich takes a pipe to be 80 columns wide, so ``test/vs_heuristic/points_per_hand_seat0`` ... ``_seat3`` all read
+    ``test/vs_heuristic/points_per_hand_s…``. A width the user set (``COLUMNS``) is kept.
+    """
+    try:
+        from rich import get_console
+    except ImportError:  # Lightning prints a plain table without Rich, folding names at 60 columns (not cutting them)
+        return
+    console = get_console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = max(console.width, PIPED_WIDTH)
 
 
 def log_beside_run(trainer: pl.Trainer, ckpt_path: str, subcommand: str) -> None:
@@ -243,7 +348,9 @@ def one_callback_per_class(callbacks: list[Any]) -> list[Any]:
 
 def _model_class(model_config: Any) -> type | None:
     """The configured model class (its ``family``: ``ppo``, ``spo``, ``dreamer``...), without building it."""
-    class_path = model_config.get("class_path") if isinstance(model_config, Namespace | dict) else None
+    class_path = model_config if isinstance(model_config, str) else None
+    if isinstance(model_config, Namespace | dict):
+        class_path = model_config.get("class_path")
     if not class_path:
         return None
     module_name, _, name = class_path.rpartition(".")
@@ -271,8 +378,10 @@ def _find_last_checkpoint(trainer: pl.Trainer, required: bool) -> str | None:
     return str(max(found, key=lambda p: p.stat().st_mtime))
 
 
-def cli_main(args: Sequence[str] | None = None, run: bool = True) -> RLLightningCLI:
-    """Build (and by default run) the CLI; ``args`` defaults to ``sys.argv[1:]``."""
+def cli_main(
+    args: Sequence[str] | None = None, run: bool = True, plugged: Mapping[str, str] | None = None
+) -> RLLightningCLI:
+    """Build (and by default run) the CLI; ``args`` defaults to ``sys.argv[1:]``, ``plugged`` as ``RLLightningCLI``."""
     if args is None:  # rewrite sys.argv in place: LightningCLI warns when given both
         sys.argv[1:] = resolve_config_args(sys.argv[1:])
         argv = None
@@ -288,4 +397,5 @@ def cli_main(args: Sequence[str] | None = None, run: bool = True) -> RLLightning
         save_config_kwargs={"overwrite": True},
         args=argv,
         run=run,
+        plugged=plugged,
     )

@@ -26,7 +26,7 @@ def check_logger_config(logger: Any) -> None:
             continue
         if importlib.util.find_spec("mlflow") is None:
             raise ConfigError(
-                f"trainer.logger={class_path}: mlflow is not installed; pip install 'rl_lightning[mlflow]'"
+                f'trainer.logger={class_path}: mlflow is not installed; pip install -e ".[mlflow]"'
             )
         init_args = _get(entry, "init_args")
         uri = _get(init_args, "tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI")

@@ -18,7 +18,7 @@ from tensordict import TensorDict
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.errors import ConfigError
 
-VIDEO_EXTRA = "pip install 'rl_lightning[video]'"
+VIDEO_EXTRA = 'pip install -e ".[video]"'
 
 
 def require_video_extra(field: str) -> None:

@@ -29,6 +29,6 @@ def bundled_configs() -> list:
     for path in sorted((ROOT / "configs").glob("*.yaml")):
         module = NEEDS_EXTRA.get(path.stem)
         missing = module is not None and importlib.util.find_spec(module) is None
-        mark = pytest.mark.skipif(missing, reason=f"needs pip install 'rl_lightning[{module}]'")
+        mark = pytest.mark.skipif(missing, reason=f'needs pip install -e ".[{module}]"')
         params.append(pytest.param(path, id=path.name, marks=mark))
     return params

@@ -18,7 +18,7 @@ from tests.test_env_gymnasium_cli import assert_one_line_error, gym_env, run_cli
 
 HAS_ALE = importlib.util.find_spec("ale_py") is not None
 HAS_ENVPOOL = importlib.util.find_spec("envpool") is not None
-needs_ale = pytest.mark.skipif(not HAS_ALE, reason="needs ale-py: pip install 'rl_lightning[atari]'")
+needs_ale = pytest.mark.skipif(not HAS_ALE, reason='needs ale-py: pip install -e ".[atari]"')
 
 BACKENDS = [
     pytest.param("GymnasiumEnv", {}, marks=needs_ale, id="in_process"),
@@ -63,7 +63,7 @@ def test_unknown_preset_from_the_cli(tmp_path) -> None:
 @pytest.mark.skipif(HAS_ALE, reason="checks the error when ale-py is absent")
 def test_ale_id_without_ale_py_names_the_extra(tmp_path) -> None:
     done = run_cli(tmp_path, gym_env("ALE/Breakout-v5"))
-    assert_one_line_error(done, "env_id='ALE/Breakout-v5'", "ale-py", "pip install 'rl_lightning[atari]'")
+    assert_one_line_error(done, "env_id='ALE/Breakout-v5'", "ale-py", 'pip install -e ".[atari]"')
 
 
 @needs_ale

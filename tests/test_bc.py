@@ -17,7 +17,7 @@ from rl_lightning.data.records import load_records, record_games
 from rl_lightning.errors import ConfigError
 from rl_lightning.lineage import REVISION_KEY
 
-pytest.importorskip("pyspiel", reason="needs pip install 'rl_lightning[games]'")
+pytest.importorskip("pyspiel", reason='needs pip install -e ".[games]"')
 
 from rl_lightning.envs.games import OpenSpielEnv  # noqa: E402
 from rl_lightning.envs.games.bots import HeartsHeuristic  # noqa: E402

@@ -8,7 +8,7 @@ import torch
 from rl_lightning.lineage import REVISION_KEY
 from tests.cli_subprocess import error_line, run_cli, snapshot
 
-pytest.importorskip("pyspiel", reason="needs pip install 'rl_lightning[games]'")
+pytest.importorskip("pyspiel", reason='needs pip install -e ".[games]"')
 
 BOT = "rl_lightning.envs.games.bots.HeartsHeuristic"
 QUIET = ["--trainer.enable_progress_bar", "false"]

@@ -37,7 +37,7 @@ TINY = {
 
 
 @pytest.mark.skipif(
-    importlib.util.find_spec("ale_py") is None, reason="needs ale-py: pip install 'rl_lightning[atari]'"
+    importlib.util.find_spec("ale_py") is None, reason='needs ale-py: pip install -e ".[atari]"'
 )
 def test_dreamer_atari_config_fits_with_uint8_frames_in_replay(tmp_path):
     env = {

@@ -1,12 +1,13 @@
 """The documentation site builds: ``mkdocs build --strict`` (broken links, missing pages and API references fail).
 
-Skips where MkDocs is not installed (``pip install -e '.[docs]'``). ``docs/incoming/`` (guide text other branches
+Skips where MkDocs is not installed (``pip install -e ".[docs]"``). ``docs/incoming/`` (guide text other branches
 are writing) is excluded from the build; a file dropped there must not break it.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,7 +23,7 @@ def _mkdocs() -> str:
     pytest.importorskip("mkdocstrings")
     found = shutil.which("mkdocs") or shutil.which("mkdocs", path=str(Path(sys.executable).parent))
     if found is None:
-        pytest.skip("the mkdocs command is not installed (pip install -e '.[docs]')")
+        pytest.skip('the mkdocs command is not installed (pip install -e ".[docs]")')
     return found
 
 
@@ -41,3 +42,22 @@ def test_the_site_builds_strict(tmp_path):
         assert (site / page).is_file(), page
     assert "gae_lambda" in (site / "reference/algos/index.html").read_text()  # the API pages come from docstrings
     assert not (site / "incoming").exists()
+
+
+#: ``pip install`` of the package with extras, in any spelling: quoted or not, ``rl_lightning[...]`` or ``-e .[...]``.
+PACKAGE_INSTALL = re.compile(r"pip install (?:-e )?['\"]?(?:rl_lightning|\.)\[[^\]\n]*\]['\"]?")
+
+
+def test_every_extra_is_installed_the_same_way():
+    """The package installs from its checkout, ``pip install -e ".[extra]"``, as the quick start says; the tuning
+    guide and a dozen messages named ``rl_lightning[tune]`` (and the like) to pip, which asks PyPI for it."""
+    texts = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *(ROOT / "docs").rglob("*.md")]
+    texts = [path for path in texts if "incoming" not in path.parts]  # other branches' drafts, not yet published
+    texts += [*(ROOT / "rl_lightning").rglob("*.py"), *(ROOT / "tests").glob("*.py")]
+    odd = sorted(
+        f"{path.relative_to(ROOT)}: {found}"
+        for path in texts
+        for found in PACKAGE_INSTALL.findall(path.read_text())
+        if not found.startswith('pip install -e ".[')
+    )
+    assert odd == [], "\n".join(odd)

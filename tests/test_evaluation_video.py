@@ -175,5 +175,5 @@ def test_cli_record_video_without_the_extra_is_one_line_and_writes_nothing(tmp_p
     before = snapshot(tmp_path)
     line = error_line(run_cli(["fit", "--config", "ppo", "--config", str(config)], tmp_path))
     assert "record_video=1" in line
-    assert "pip install 'rl_lightning[video]'" in line
+    assert 'pip install -e ".[video]"' in line
     assert snapshot(tmp_path) == before

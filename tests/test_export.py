@@ -21,8 +21,8 @@ from rl_lightning.envs import BatchedEnv, CartPole, Catch, ClassSpec, GymnasiumE
 from rl_lightning.export import export_policy
 from tests.helpers import tiny_dreamer, tiny_ppo, tiny_spo, trainer
 
-ort = pytest.importorskip("onnxruntime", reason="needs pip install 'rl_lightning[export]'")
-pytest.importorskip("onnxscript", reason="needs pip install 'rl_lightning[export]'")
+ort = pytest.importorskip("onnxruntime", reason='needs pip install -e ".[export]"')
+pytest.importorskip("onnxscript", reason='needs pip install -e ".[export]"')
 
 NUM_OBS = 1000
 TOL = 1e-5

@@ -24,8 +24,8 @@ from rl_lightning.export.writers import write
 from tests.cli_subprocess import error_line, run_cli, snapshot
 from tests.test_export import fit_checkpoint
 
-pytest.importorskip("onnxruntime", reason="needs pip install 'rl_lightning[export]'")
-pytest.importorskip("onnxscript", reason="needs pip install 'rl_lightning[export]'")
+pytest.importorskip("onnxruntime", reason='needs pip install -e ".[export]"')
+pytest.importorskip("onnxscript", reason='needs pip install -e ".[export]"')
 
 HANDS = 100
 
@@ -41,9 +41,7 @@ def test_export_writes_a_file_and_says_what_it_takes(cartpole_ckpt, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"wrote {out} (onnx); inputs: obs float32[B,4]; outputs: action, logits" in result.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["policy.onnx"]  # no temporary file left beside it
-    mask = os.umask(0o022)
-    os.umask(mask)
-    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~mask  # as a checkpoint or any file open() makes (issue 34)
+    assert _mode(out) == _mode(cartpole_ckpt)  # readable as the checkpoint is (mkstemp made it -rw-------)
     # A quiet command: nothing but what it wrote (the exporter logged "torchvision is not installed" four times).
     assert result.stderr == "", result.stderr
 
@@ -113,6 +111,23 @@ def test_an_operator_onnx_lacks_is_named_and_nothing_is_written(cartpole_ckpt, t
     assert [p.name for p in tmp_path.iterdir()] == ["p.pt2"]
 
 
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027], ids=["022", "027"])
+def test_exported_files_honour_the_umask(cartpole_ckpt, tmp_path, umask):
+    """The writer renames a ``mkstemp`` file into place, and ``mkstemp`` creates it ``-rw-------`` whatever the umask:
+    a service running as another user could read the checkpoint but not the file exported from it."""
+    graph = policy_graph(load_policy(str(cartpole_ckpt)))
+    old = os.umask(umask)
+    try:
+        write(graph, "torch_export", tmp_path / "p.pt2")
+    finally:
+        os.umask(old)
+    assert _mode(tmp_path / "p.pt2") == 0o666 & ~umask
+
+
 def test_a_write_that_fails_midway_leaves_nothing(cartpole_ckpt, tmp_path, monkeypatch):
     import rl_lightning.export.writers as writers
 
@@ -171,7 +186,7 @@ def _play_hands(policy, hands: int, seed: int) -> tuple[np.ndarray, np.ndarray, 
 
 
 def test_hearts_bot_plays_recorded_hands_in_onnxruntime_alone(tmp_path):
-    pytest.importorskip("pyspiel", reason="needs pip install 'rl_lightning[games]'")
+    pytest.importorskip("pyspiel", reason='needs pip install -e ".[games]"')
     tiny = ["--data.init_args.num_envs", "4", "--data.init_args.num_steps", "40", "--data.init_args.total_env_steps",
             "320", "--model.init_args.update_epochs", "1", "--model.init_args.num_minibatches", "2",
             "--model.init_args.hidden_sizes", "[32]", "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"),

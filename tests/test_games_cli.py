@@ -16,8 +16,8 @@ import pytest
 
 from tests.cli_subprocess import ROOT, error_line, run_cli, run_python, snapshot
 
-pytest.importorskip("pyspiel", reason="needs pip install 'rl_lightning[games]'")
-pytest.importorskip("pettingzoo", reason="needs pip install 'rl_lightning[games]'")
+pytest.importorskip("pyspiel", reason='needs pip install -e ".[games]"')
+pytest.importorskip("pettingzoo", reason='needs pip install -e ".[games]"')
 
 LOGGERS = (
     "[{class_path: lightning.pytorch.loggers.TensorBoardLogger, init_args: {save_dir: runs, name: tb}}, "

@@ -1,4 +1,4 @@
-"""The layers of DESIGN.md section 11 hold: ``lint-imports`` (import-linter, contracts in pyproject.toml) passes.
+"""The layers of docs/architecture.md hold: ``lint-imports`` (import-linter, contracts in pyproject.toml) passes.
 
 The contracts: one layers contract (errors/keys -> envs -> networks -> objectives -> data -> algos -> games ->
 callbacks -> inference | lightning_cli -> export | tune -> cli, every top-level module placed), two independence
@@ -8,6 +8,7 @@ contracts (the algorithm families; Gymnasium backends and game engines) and no c
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _lint_imports() -> list[str]:
     found = shutil.which("lint-imports") or shutil.which("lint-imports", path=str(Path(sys.executable).parent))
     if found is None:
-        pytest.skip("import-linter is not installed (pip install -e '.[dev]')")
+        pytest.skip('import-linter is not installed (pip install -e ".[dev]")')
     return [found, "--config", str(ROOT / "pyproject.toml")]
 
 
@@ -49,3 +50,16 @@ def test_an_up_import_breaks_the_layers_contract(tmp_path):
 
 def _env(root: Path = ROOT) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(root)}
+
+
+#: A repository file a comment names: ``docs/architecture.md``, ``tests/test_layers.py``, ``mkdocs.yml``.
+CITED = re.compile(r"(?<![\w/.*-])((?:[\w.-]+/)*[\w-]+\.(?:md|toml|py|yaml|yml))\b")
+
+
+@pytest.mark.parametrize("name", [".ci/run", "pyproject.toml"])
+def test_every_file_the_ci_and_the_contracts_cite_is_in_the_repository(name):
+    """``.ci/run`` and the contracts' comments sent a reader to "DESIGN.md section 11", which is not in the
+    repository; the layers are explained in ``docs/architecture.md``."""
+    cited = set(CITED.findall((ROOT / name).read_text()))
+    assert cited, name  # the pattern still finds what the file names
+    assert sorted(path for path in cited if not (ROOT / path).is_file()) == []

@@ -6,7 +6,7 @@ import pytest
 
 from tests.cli_subprocess import ROOT, error_line, run_cli, snapshot
 
-pytest.importorskip("pyspiel", reason="needs pip install 'rl_lightning[games]'")
+pytest.importorskip("pyspiel", reason='needs pip install -e ".[games]"')
 
 
 def _tiny(tmp_path, num_envs, num_steps=16, updates=2):

@@ -151,7 +151,7 @@ FORCED = [6, 5, 5, 0, 6, 1, 3, 5, 5, 5, 4, 3, 1, 4, 4, 0, 5, 1, 2, 4, 1, 2, 0, 4
 
 
 def _connect_four():
-    pytest.importorskip("pyspiel", reason="needs pip install 'rl_lightning[games]'")
+    pytest.importorskip("pyspiel", reason='needs pip install -e ".[games]"')
     from rl_lightning.envs.games import OpenSpielEnv
 
     return OpenSpielEnv("open_spiel:connect_four")
@@ -239,7 +239,7 @@ def test_connect_four_search_sees_the_free_opponents_win():
 
 # ----- refusals ---------------------------------------------------------------------------------------------------
 def test_spo_refuses_an_imperfect_information_game_in_one_line():
-    pytest.importorskip("pyspiel", reason="needs pip install 'rl_lightning[games]'")
+    pytest.importorskip("pyspiel", reason='needs pip install -e ".[games]"')
     from rl_lightning.envs.games import OpenSpielEnv
 
     spec = OpenSpielEnv("open_spiel:hearts").spec

@@ -7,7 +7,7 @@ import pytest
 
 from tests.cli_subprocess import error_line, run_cli, snapshot
 
-pytest.importorskip("pyspiel", reason="needs pip install 'rl_lightning[games]'")
+pytest.importorskip("pyspiel", reason='needs pip install -e ".[games]"')
 
 
 def _tiny(tmp_path, num_envs=4, rollout_length=8, updates=2):

@@ -55,7 +55,7 @@ class Evaluation(Callback):
     With ``record_video > 0`` the first ``record_video`` policy episodes of each evaluation are drawn by the
     env's ``render_rgb`` (Gymnasium envs: the eval env is made with ``render_mode="rgb_array"``) and written,
     on rank zero, as one ``eval/video`` summary at the evaluation's env step (TensorBoard's IMAGES tab, one
-    animated GIF with the episodes side by side). It needs ``pip install 'rl_lightning[video]'``.
+    animated GIF with the episodes side by side). It needs ``pip install -e ".[video]"``.
 
     Args:
         every_n_updates: evaluate after every this many learner updates.

@@ -28,6 +28,7 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning import keys
+from rl_lightning.envs.games.bots import nearest_class_path
 from rl_lightning.errors import ConfigError
 from rl_lightning.lineage import constructor_args
 
@@ -81,9 +82,11 @@ def load_bot(path: str, seat: int) -> Actor:
     try:
         target = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError, ValueError) as error:
+        close = nearest_class_path(path)
+        example = "give an importable class or callable path, e.g. rl_lightning.envs.games.bots.HeartsHeuristic"
+        fix = f"did you mean {close}?" if close else example
         raise ConfigError(
-            f"data.seats[{seat}]={path!r}: cannot import the bot ({type(error).__name__}: {error}); give an "
-            "importable class or callable path, e.g. rl_lightning.envs.games.bots.HeartsHeuristic"
+            f"data.seats[{seat}]={path!r}: cannot import the bot ({type(error).__name__}: {error}); {fix}"
         ) from None
     bot = target() if isinstance(target, type) else target
     if not callable(bot):

@@ -45,7 +45,7 @@ def write(graph: PolicyGraph, fmt: str, out: Path) -> None:
     os.close(fd)
     try:
         writer(graph, Path(tmp))
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it owner-only; the export is read as a file open() makes
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it -rw-------; give it the mode open() would have
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
@@ -53,8 +53,8 @@ def write(graph: PolicyGraph, fmt: str, out: Path) -> None:
 
 
 def _umask() -> int:
-    """The process's file-creation mask (read by setting it, then putting it back)."""
-    mask = os.umask(0o022)
+    """The process's umask (reading it means setting it: put it straight back)."""
+    mask = os.umask(0o077)
     os.umask(mask)
     return mask
 
@@ -80,7 +80,7 @@ def _write_onnx(graph: PolicyGraph, path: Path) -> None:
         import onnx  # noqa: F401
         import onnxscript  # noqa: F401 - the dynamo exporter translates with it
     except ImportError:
-        raise ConfigError("export --format onnx needs onnx and onnxscript: pip install -e '.[export]'") from None
+        raise ConfigError('export --format onnx needs onnx and onnxscript: pip install -e ".[export]"') from None
     program = exported_program(graph)
     names = [t.name for t in graph.inputs]
     registry = logging.getLogger(_REGISTRY_LOGGER)

@@ -154,4 +154,4 @@ def _require_optuna() -> None:
     try:
         import optuna  # noqa: F401
     except ImportError:
-        raise ConfigError("tune needs Optuna: pip install 'rl_lightning[tune]'") from None
+        raise ConfigError('tune needs Optuna: pip install -e ".[tune]"') from None

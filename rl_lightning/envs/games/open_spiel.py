@@ -41,7 +41,7 @@ def _pyspiel() -> Any:
         import pyspiel
     except ImportError as err:
         raise ConfigError(
-            f"OpenSpielEnv needs open_spiel ({one_line(err)}); install the games extra: pip install -e '.[games]'"
+            f'OpenSpielEnv needs open_spiel ({one_line(err)}); install the games extra: pip install -e ".[games]"'
         ) from None
     return pyspiel
 

@@ -41,7 +41,7 @@ def _pettingzoo() -> Any:
         import pettingzoo
     except ImportError as err:
         raise ConfigError(
-            f"PettingZooEnv needs pettingzoo ({one_line(err)}); install the games extra: pip install -e '.[games]'"
+            f'PettingZooEnv needs pettingzoo ({one_line(err)}); install the games extra: pip install -e ".[games]"'
         ) from None
     return pettingzoo
 

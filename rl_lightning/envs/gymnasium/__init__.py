@@ -2,8 +2,8 @@
 
 * ``GymnasiumEnv``: in-process, one env copy at a time; the only backend with snapshots (SPO's search).
 * ``GymnasiumVectorEnv``: Gymnasium's ``SyncVectorEnv`` / ``AsyncVectorEnv`` (``mode: sync | async``).
-* ``EnvPoolEnv``: EnvPool's C++ thread pool (``pip install rl_lightning[envpool]``).
-* ``AleVectorEnv``: ale-py's C++ ``AtariVectorEnv``, Atari presets only (``pip install rl_lightning[atari]``).
+* ``EnvPoolEnv``: EnvPool's C++ thread pool (``pip install -e ".[envpool]"``).
+* ``AleVectorEnv``: ale-py's C++ ``AtariVectorEnv``, Atari presets only (``pip install -e ".[atari]"``).
 
 Atari games run under a named preset (``atari_preset``; see ``atari``) on every backend.
 

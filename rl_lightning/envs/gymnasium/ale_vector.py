@@ -1,4 +1,4 @@
-"""ale-py's C++ ``AtariVectorEnv`` behind the env contract (optional: ``pip install 'rl_lightning[atari]'``).
+"""ale-py's C++ ``AtariVectorEnv`` behind the env contract (optional: ``pip install -e ".[atari]"``).
 
 It resets in ``SAME_STEP`` mode natively and returns ``final_obs`` as a dense ``uint8`` array, so it needs no
 adapter logic beyond the preset's options (``AtariPreset.ale_vector_kwargs``). It only runs under an Atari

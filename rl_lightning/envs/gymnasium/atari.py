@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from rl_lightning.errors import ConfigError
 
 #: The line every "ale-py is missing" error ends with.
-ATARI_EXTRA = "pip install 'rl_lightning[atari]'"
+ATARI_EXTRA = 'pip install -e ".[atari]"'
 
 # ``ALE/Breakout-v5``, ``BreakoutNoFrameskip-v4``, ``Breakout-v4``, ``BreakoutDeterministic-v4``, ``Breakout-ram-v4``
 _ALE_ID = re.compile(r"^(?:ALE/)?(?P<game>[A-Z][A-Za-z0-9]*?)(?:-ram)?(?:NoFrameskip|Deterministic)?-v(?P<v>[045])$")

@@ -1,4 +1,4 @@
-"""EnvPool's C++ thread pool behind the env contract (optional: ``pip install rl_lightning[envpool]``).
+"""EnvPool's C++ thread pool behind the env contract (optional: ``pip install -e ".[envpool]"``).
 
 EnvPool autoresets on the *next* step (that step ignores the action; envs.md §2). To present same-step
 autoreset, the done step's observation is kept as ``final_obs`` and the finished envs are reset at once with
@@ -34,7 +34,7 @@ def _import_envpool() -> Any:
         import envpool
     except ImportError as err:
         raise ConfigError(
-            f"EnvPoolEnv needs the envpool package ({err}); install the extra: pip install 'rl_lightning[envpool]'"
+            f'EnvPoolEnv needs the envpool package ({err}); install the extra: pip install -e ".[envpool]"'
         ) from None
     return envpool
 

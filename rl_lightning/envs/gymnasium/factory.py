@@ -134,5 +134,5 @@ def _install_hint(err: Exception) -> str:
     message = " ".join(str(err).split())
     for word, extra in _EXTRAS.items():
         if word in message.lower():
-            return f"{message}; install the extra: pip install 'rl_lightning[{extra}]'"
+            return f'{message}; install the extra: pip install -e ".[{extra}]"'
     return message

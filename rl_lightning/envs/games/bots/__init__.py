@@ -14,7 +14,9 @@ A search bot (``OpenSpielMCTSBot``) is the one exception: it declares ``needs_en
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -23,7 +25,7 @@ from rl_lightning.envs.base import TorchEnv
 from rl_lightning.envs.games.bots.connect_four import ConnectFourHeuristic
 from rl_lightning.envs.games.bots.hearts import HeartsHeuristic
 from rl_lightning.envs.games.bots.mcts import OpenSpielMCTSBot
-from rl_lightning.errors import ConfigError
+from rl_lightning.errors import ConfigError, nearest
 
 
 class RandomBot:
@@ -52,7 +54,9 @@ def load_bot(path: str, field: str = "bot") -> object:
         cls = getattr(importlib.import_module(module), name)
     except Exception as err:  # ImportError, AttributeError, or whatever the user's module raises
         detail = " ".join(f"{type(err).__name__}: {err}".split())
-        raise ConfigError(f"{where} does not import ({detail}); install the package or fix the path") from None
+        close = nearest_class_path(path)
+        fix = f"did you mean {close}?" if close else "install the package or fix the path"
+        raise ConfigError(f"{where} does not import ({detail}); {fix}") from None
     if not isinstance(cls, type):
         raise ConfigError(f"{where} is not a class; name a bot class whose instances are called as "
                           "bot(obs, action_mask, seat, generator)")  # fmt: skip
@@ -65,6 +69,42 @@ def load_bot(path: str, field: str = "bot") -> object:
         raise ConfigError(f"{where}: {name} instances are not callable; define "
                           "__call__(self, obs, action_mask, seat, generator) -> action")  # fmt: skip
     return bot
+
+
+def nearest_class_path(path: str) -> str | None:
+    """The importable ``package.module.Name`` nearest to a ``path`` that does not import, fixing one misspelt part
+    after another (a module of the package it names, a name of the module), or ``None`` when none is close."""
+    parts = path.replace(":", ".").split(".")
+    for _ in range(len(parts)):
+        found, index = _import_prefix(parts)
+        if index == len(parts):
+            return ".".join(parts)
+        if index == 0:
+            return None
+        last = index == len(parts) - 1  # a class or callable there, a module or package before
+        names = [name for name in dir(found) if not name.startswith("_")]
+        names = [name for name in names if isinstance(getattr(found, name), ModuleType) != last]
+        if hasattr(found, "__path__") and not last:
+            names += [info.name for info in pkgutil.iter_modules(found.__path__)]
+        close = nearest(parts[index], names)
+        if close is None or close == parts[index]:  # nothing close, or a module that exists but fails to import
+            return None
+        parts[index] = close
+    return None
+
+
+def _import_prefix(parts: list[str]) -> tuple[object, int]:
+    """The object at the longest importable prefix of ``parts`` (modules, then attributes) and that prefix's length."""
+    found: object = None
+    for index, part in enumerate(parts):
+        if found is not None and hasattr(found, part):
+            found = getattr(found, part)
+            continue
+        try:
+            found = importlib.import_module(".".join(parts[: index + 1]))
+        except Exception:  # noqa: BLE001 - a module that does not import is a part to fix, whatever it raised
+            return found, index
+    return found, len(parts)
 
 
 def needs_engine_state(player: Any) -> bool:
@@ -81,5 +121,5 @@ def check_engine_players(env: TorchEnv, players: Sequence[Any], field: str) -> N
 
 __all__ = [
     "ConnectFourHeuristic", "HeartsHeuristic", "OpenSpielMCTSBot", "RandomBot", "check_engine_players", "load_bot",
-    "needs_engine_state",
+    "nearest_class_path", "needs_engine_state",
 ]  # fmt: skip
