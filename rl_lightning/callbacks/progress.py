@@ -19,7 +19,8 @@ _SHOWN = {
 
 
 class EnvStepProgressBar(TQDMProgressBar):
-    """Progress in env steps (total = ``data.total_env_steps``), with SPS, recent return and eval return.
+    """Progress in env steps (total = ``data.total_env_steps`` in whole rollouts), with SPS, recent return and eval
+    return.
 
     The CLI installs it in place of Lightning's bar, whose total counts optimiser steps. A resumed run starts the
     bar at the restored env-step count (Lightning resumes mid-epoch and skips ``on_train_epoch_start``), and
@@ -68,12 +69,19 @@ class EnvStepProgressBar(TQDMProgressBar):
 
 
 def progress(trainer: pl.Trainer) -> tuple[str, int, int | None]:
-    """``(unit, done, total)`` the bar shows: env steps against ``data.total_env_steps``, or, for a module that learns
-    from recorded rows (BC: ``samples``), the rows seen against ``max_epochs`` times the training rows."""
+    """``(unit, done, total)`` the bar shows: env steps against ``data.total_env_steps`` rounded up to whole rollouts
+    (what the run collects: against the bare budget the last rollout ran past the total, which tqdm shows as ``?``),
+    or, for a module that learns from recorded rows (BC: ``samples``), the rows seen against ``max_epochs`` times the
+    training rows."""
     module = trainer.lightning_module
     if hasattr(module, "samples"):
         rows = getattr(trainer.datamodule, "train_rows", None)
         epochs = trainer.max_epochs
         total = epochs * len(rows) if rows is not None and epochs is not None and epochs > 0 else None
         return " samples", int(module.samples), total
-    return " env steps", int(getattr(module, "env_steps", 0)), getattr(trainer.datamodule, "total_env_steps", None)
+    datamodule = trainer.datamodule
+    budget = getattr(datamodule, "total_env_steps", None)
+    per_update = getattr(datamodule, "rollout_size", 0) * getattr(datamodule, "world_size", 1)
+    if budget is not None and per_update > 0:  # a run stops after the first whole rollout at or past the budget
+        budget = -(-budget // per_update) * per_update
+    return " env steps", int(getattr(module, "env_steps", 0)), budget
