@@ -63,7 +63,7 @@ def main(args: Sequence[str] | None = None) -> None:
             SUBCOMMANDS[argv[0]].main(argv[1:])
         else:  # only fit/validate/test poll the stop request; the other commands keep Python's signal defaults
             with stop.signals_request_stop():
-                cli_main(args, plugged={name: SUBCOMMAND_HELP[name] for name in SUBCOMMANDS})
+                cli_main(args, plugged={name: SUBCOMMAND_HELP.get(name, "") for name in SUBCOMMANDS})
         close_process_group()
     except SIGTERMException as err:  # SIGTERM or a first Ctrl+C: raised by ``stop.check()`` or at an update boundary
         signum = getattr(err, "signum", signal.SIGTERM)

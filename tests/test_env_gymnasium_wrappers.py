@@ -144,5 +144,5 @@ def test_missing_simulator_package_names_the_extra(monkeypatch) -> None:
         raise gymnasium.error.DependencyNotInstalled('MuJoCo is not installed, run `pip install "gymnasium[mujoco]"`')
 
     monkeypatch.setattr(gymnasium, "make", make)
-    with pytest.raises(ConfigError, match=r"env_id='Pendulum-v1' needs a package.*rl_lightning\[mujoco\]"):
+    with pytest.raises(ConfigError, match=r'env_id=.Pendulum-v1. needs a package.*pip install -e "\.\[mujoco\]"'):
         GymnasiumEnv(env_id="Pendulum-v1")

@@ -151,7 +151,7 @@ def test_fit_writes_one_video_per_evaluation_at_its_env_step(tmp_path, make_env,
 def test_missing_extra_is_one_line_naming_the_extra(monkeypatch):
     real = video.importlib.util.find_spec
     monkeypatch.setattr(video.importlib.util, "find_spec", lambda name, *a: None if "moviepy" in name else real(name))
-    with pytest.raises(ConfigError, match=r"record_video=1.*moviepy.*pip install 'rl_lightning\[video\]'"):
+    with pytest.raises(ConfigError, match=r'record_video=1.*moviepy.*pip install -e "\.\[video\]"'):
         Evaluation(every_n_updates=1, num_episodes=2, record_video=1)
     Evaluation(every_n_updates=1, num_episodes=2)  # no video asked for: no check
 

@@ -240,7 +240,7 @@ def test_check_mode_names_an_illegal_card() -> None:
 ])  # fmt: skip
 def test_without_the_games_extra_the_error_says_what_to_install(monkeypatch, module: str, make) -> None:
     monkeypatch.setitem(sys.modules, module, None)  # as if not installed
-    with pytest.raises(ConfigError, match=r"install the games extra: pip install -e '\.\[games\]'"):
+    with pytest.raises(ConfigError, match=r'install the games extra: pip install -e "\.\[games\]"'):
         make()
 
 
