@@ -24,4 +24,3 @@ def test_first_fit_of_ppo_yaml_prints_no_warning(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert list((tmp_path / "runs").rglob("events.out.tfevents.*")), "the run logged nothing: not a real first fit"
     assert warning_lines(done.stdout + done.stderr) == []
-
