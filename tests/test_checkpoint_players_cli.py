@@ -12,7 +12,7 @@ import pytest
 
 from tests.cli_subprocess import ROOT, error_line, run_cli, snapshot
 
-pytest.importorskip("pyspiel", reason="needs pip install 'rl_lightning[games]'")
+pytest.importorskip("pyspiel", reason='needs pip install -e ".[games]"')
 
 #: A fit of a few updates on two games at a time: what start-up and a first rollout need.
 TINY = [
