@@ -304,9 +304,12 @@ def widen_piped_console() -> None:
         from rich import get_console
     except ImportError:  # Lightning prints a plain table without Rich, folding names at 60 columns (not cutting them)
         return
+    # Judged by the stream itself: FORCE_COLOR or TTY_COMPATIBLE (set by many CI runners) make Rich call a pipe a
+    # terminal, and TERM=dumb then pins it to 80 columns unless both width and height are given.
+    if sys.stdout.isatty() or "COLUMNS" in os.environ:
+        return
     console = get_console()
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console.width = max(console.width, PIPED_WIDTH)
+    console.size = (max(console.width, PIPED_WIDTH), console.height)
 
 
 def log_beside_run(trainer: pl.Trainer, ckpt_path: str, subcommand: str) -> None:

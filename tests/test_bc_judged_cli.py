@@ -35,8 +35,11 @@ def test_bc_progress_bar_counts_training_rows(bc_checkpoint):
     assert "env steps" not in output
 
 
-def test_a_bc_checkpoint_is_tested_with_ppo_game_evaluation(bc_checkpoint):
+def test_a_bc_checkpoint_is_tested_with_ppo_game_evaluation(bc_checkpoint, monkeypatch):
     work, ckpt, _ = bc_checkpoint
+    monkeypatch.delenv("COLUMNS", raising=False)  # a width the user sets is kept; CI runners often set 80
+    monkeypatch.setenv("FORCE_COLOR", "1")  # CI runners' way to get colours in logs: still a pipe, still wide
+    monkeypatch.setenv("TERM", "dumb")
     (work / "panel.yaml").write_text(PANEL)
     args = ["--config", "ppo_hearts.yaml", "--config", "panel.yaml", *SMALL, "--ckpt_path", str(ckpt),
             "--trainer.logger.init_args.save_dir", "runs", "--trainer.enable_progress_bar", "false"]  # fmt: skip

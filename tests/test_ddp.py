@@ -68,7 +68,7 @@ def test_the_cli_closes_the_process_group_after_a_run(monkeypatch, tmp_path):
 
     from rl_lightning import cli
 
-    def fit_that_leaves_a_group(args):
+    def fit_that_leaves_a_group(args, **_):
         store = dist.FileStore(str(tmp_path / "store"), 1)
         dist.init_process_group("gloo", store=store, rank=0, world_size=1)
 

@@ -72,7 +72,7 @@ def test_only_fit_validate_and_test_turn_signals_into_stop_requests(monkeypatch)
     import rl_lightning.export.cli as export_cli
 
     seen = {}
-    monkeypatch.setattr(cli, "cli_main", lambda args: seen.setdefault("fit", signal.getsignal(signal.SIGTERM)))
+    monkeypatch.setattr(cli, "cli_main", lambda args, **_: seen.setdefault("fit", signal.getsignal(signal.SIGTERM)))
     monkeypatch.setattr(export_cli, "main", lambda argv: seen.setdefault("export", signal.getsignal(signal.SIGTERM)))
     outside = signal.getsignal(signal.SIGTERM)
     cli.main(["fit"])
