@@ -25,9 +25,7 @@ def check_logger_config(logger: Any) -> None:
         if not isinstance(class_path, str) or class_path.rsplit(".", 1)[-1] != _MLFLOW:
             continue
         if importlib.util.find_spec("mlflow") is None:
-            raise ConfigError(
-                f'trainer.logger={class_path}: mlflow is not installed; pip install -e ".[mlflow]"'
-            )
+            raise ConfigError(f'trainer.logger={class_path}: mlflow is not installed; pip install -e ".[mlflow]"')
         init_args = _get(entry, "init_args")
         uri = _get(init_args, "tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI")
         if (uri is None or uri.startswith("file:") or "://" not in uri) and _file_store_refused():

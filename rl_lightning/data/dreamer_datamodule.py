@@ -106,6 +106,10 @@ class DreamerDataModule(OnPolicyDataModule):
         max_policy_lag: with actors: windows each actor may collect ahead of the learner.
         actor_max_failures: with actors: failures of one actor in a row that stop the run with a checkpoint.
         actor_heartbeat_s: with actors: an actor with no env tick for this long is replaced.
+        actor_backend: with actors: ``processes`` (this machine) or ``ray`` (Ray actors, on this machine or a Ray
+            cluster; ``OnPolicyDataModule``'s setting, the extra ``pip install -e ".[ray]"``).
+        ray_address: with ``actor_backend: ray``: ``null`` (a local Ray instance for the run), ``auto`` or
+            ``host:port`` (a running cluster's head).
     """
 
     def __init__(
@@ -134,6 +138,8 @@ class DreamerDataModule(OnPolicyDataModule):
         max_policy_lag: int = 1,
         actor_max_failures: int = 3,
         actor_heartbeat_s: float = 60.0,
+        actor_backend: str = "processes",
+        ray_address: str | None = None,
     ) -> None:
         _require_positive("data.rollout_length", rollout_length, "set the ticks per actor window, e.g. 16")
         _require_positive("data.buffer_size", buffer_size, "set the replay rows kept per rank, e.g. 1000000")
@@ -146,7 +152,7 @@ class DreamerDataModule(OnPolicyDataModule):
         super().__init__(
             env, num_envs, rollout_length, total_env_steps, seed, device, check_env, eval_episodes, eval_seed,
             num_actors=num_actors, max_policy_lag=max_policy_lag, actor_max_failures=actor_max_failures,
-            actor_heartbeat_s=actor_heartbeat_s,
+            actor_heartbeat_s=actor_heartbeat_s, actor_backend=actor_backend, ray_address=ray_address,
         )  # fmt: skip
         self.rollout_length = rollout_length
         self.buffer_size = buffer_size

@@ -6,13 +6,14 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 import torch
 from tensordict import TensorDict
 
-from rl_lightning.data.actors.pool import ActorPool, episode_means
+from rl_lightning.data.actors.gather import episode_means
+from rl_lightning.data.actors.pool import ActorPool
 from rl_lightning.data.actors.setup import check_actor_config, start_pool
 from rl_lightning.data.collector import Collector
 from rl_lightning.data.fused_collector import FusedCollector
@@ -20,6 +21,9 @@ from rl_lightning.data.fused_step import require_fusable
 from rl_lightning.data.selfplay import make_selfplay
 from rl_lightning.envs.base import BatchedEnv, EnvSpec, TorchEnv
 from rl_lightning.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rl_lightning.data.actors.ray_pool import RayActorPool
 
 
 @dataclass
@@ -81,7 +85,14 @@ class OnPolicyDataModule(pl.LightningDataModule):
         actor_max_failures: with actors: failures of one actor in a row (its env raised, it died, it hung) that stop
             the run with a checkpoint and one line naming the env and the error; fewer are restarted with the newest
             weights and a fresh seed.
-        actor_heartbeat_s: with actors: an actor with no env tick for this long is taken as hung and replaced.
+        actor_heartbeat_s: with actors: an actor with no env tick for this long is taken as hung and replaced (Ray
+            actors: no rollout for this long).
+        actor_backend: with actors: ``processes`` (on this machine: shared-memory weights and rollout slots) or
+            ``ray`` (Ray actors of one CPU each, on this machine or across a Ray cluster: weights ``ray.put`` once
+            per version, rollouts through the object store; a dead actor or node is replaced by a fresh actor
+            wherever a CPU is free). Ray is an extra: ``pip install -e ".[ray]"`` (docs: "Actors on Ray").
+        ray_address: with ``actor_backend: ray``: ``null`` starts a local Ray instance for the run (shut down at its
+            end); ``auto`` joins the cluster ``ray start`` started on this machine; ``host:port`` a cluster's head.
     """
 
     def __init__(
@@ -103,6 +114,8 @@ class OnPolicyDataModule(pl.LightningDataModule):
         max_policy_lag: int = 1,
         actor_max_failures: int = 3,
         actor_heartbeat_s: float = 60.0,
+        actor_backend: str = "processes",
+        ray_address: str | None = None,
     ) -> None:
         super().__init__()
         _require_positive("data.num_envs", num_envs, "set it to the number of parallel envs per rank, e.g. 8")
@@ -125,7 +138,9 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self.max_policy_lag = max_policy_lag
         self.actor_max_failures = actor_max_failures
         self.actor_heartbeat_s = actor_heartbeat_s
-        self.actors: ActorPool | None = None
+        self.actor_backend = actor_backend
+        self.ray_address = ray_address
+        self.actors: ActorPool | RayActorPool | None = None
         self._actor_generation = 0  # seed generations used before (a resumed async run starts past them)
         self._env_seed: int | None = None  # the rank's first env seed, known at setup
         self.world_size = 1

@@ -189,8 +189,9 @@ class AlphaZero(PPO):
         hp = self.hparams
         seed = int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
         noise = (hp.dirichlet_alpha, hp.dirichlet_fraction, np.random.default_rng(seed))
-        visits, values, tree = self.search.search(states, noise if hp.dirichlet_fraction > 0 else None,
-                                                  read=self._read_roots)
+        visits, values, tree = self.search.search(
+            states, noise if hp.dirichlet_fraction > 0 else None, read=self._read_roots
+        )
         visits = torch.from_numpy(visits)
         drawn = torch.multinomial(visits.to(generator.device), 1, generator=generator).cpu()
         exploring = torch.tensor([state.move_number() < hp.explore_moves for state in states])
@@ -211,9 +212,12 @@ class AlphaZero(PPO):
         tree: dict[str, torch.Tensor] = {}
         if hp.tree_targets:
             k, rows = hp.tree_targets, len(roots)
-            tree = {TREE_OBS: torch.zeros(rows, k, *self.env_spec.obs_shape),
-                    TREE_MASK: torch.ones(rows, k, num_actions, dtype=torch.bool),
-                    TREE_POLICY: torch.zeros(rows, k, num_actions), TREE_VALID: torch.zeros(rows, k, dtype=torch.bool)}
+            tree = {
+                TREE_OBS: torch.zeros(rows, k, *self.env_spec.obs_shape),
+                TREE_MASK: torch.ones(rows, k, num_actions, dtype=torch.bool),
+                TREE_POLICY: torch.zeros(rows, k, num_actions),
+                TREE_VALID: torch.zeros(rows, k, dtype=torch.bool),
+            }
             picked = tree_positions(roots, k, hp.tree_min_visits)
             nodes = [node for row in picked for node in row]
             if nodes:

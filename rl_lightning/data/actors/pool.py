@@ -17,63 +17,28 @@ from tensordict import TensorDict
 
 from rl_lightning import stop
 from rl_lightning.child_processes import kill_pid, pid_alive
-from rl_lightning.data.actors.core import EPISODES
+from rl_lightning.data.actors.gather import (
+    GENERATION_STRIDE,
+    ActorRollout,
+    Gathering,
+    PoolSettings,
+    RolloutInfo,
+    actor_spec,
+    episode_means,
+    episode_sums,
+    failed_too_often,
+)
 from rl_lightning.data.actors.policy_factory import PolicyFactory
 from rl_lightning.data.actors.recipes import SingleAgentRecipe
 from rl_lightning.data.actors.weights import SharedWeights
 from rl_lightning.data.actors.worker import ActorChannels, ActorSpec, actor_main
-from rl_lightning.errors import EnvError
 
 POLL_S = 0.05
 JOIN_TIMEOUT_S = 5.0
 #: A new actor imports torch and builds its envs and policy before its first heartbeat: allow it this long.
 STARTUP_TIMEOUT_S = 300.0
-#: Seeds of a restarted actor move by this much per generation, far from every other actor's envs.
-GENERATION_STRIDE = 7_919_113
 
-
-@dataclass
-class PoolSettings:
-    """What the datamodule decides for the actors (see ``OnPolicyDataModule``'s ``num_actors`` and neighbours).
-
-    Attributes:
-        num_actors: actor processes; the rank's ``num_envs`` envs are split evenly between them.
-        num_envs: envs of the whole rank; ``num_steps``: ticks per rollout.
-        max_policy_lag: rollout slots per actor, hence the most versions a rollout may lag the learner using it.
-        max_failures: failures of one actor in a row that stop the run.
-        heartbeat_timeout_s: an actor silent this long (no env tick, no wait) is taken as hung and replaced.
-        env_seed: the rank's first env seed (actor ``i`` gets ``env_seed + i·num_envs/num_actors``); the sampling
-            seed is ``env_seed + 10_007`` likewise, as the serial collector's.
-        seed_generation: generations already used by earlier runs of this fit (a resume starts past them).
-    """
-
-    num_actors: int
-    num_envs: int
-    num_steps: int
-    max_policy_lag: int
-    max_failures: int
-    heartbeat_timeout_s: float
-    env_seed: int
-    check_env: bool = False
-    check_finite: bool = True
-    seed_generation: int = 0
-
-
-@dataclass
-class ActorRollout:
-    """One update's rollout from every actor, and what the pool saw while gathering it.
-
-    Attributes:
-        batch: ``[num_steps, num_envs]`` transitions, actor ``i``'s envs in columns ``i·n ... (i+1)·n - 1``.
-        env_steps: env steps this update accounts for (the rollout's, plus any dropped as too stale or lost).
-        stats: ``rollout/*`` means over the actors' finished episodes, and ``perf/*`` / ``actors/*`` figures.
-        episode_sums: ``{name: (sum, episodes)}`` behind each ``rollout/*`` mean, for a mean over ranks.
-    """
-
-    batch: TensorDict
-    env_steps: int
-    stats: dict[str, float] = field(default_factory=dict)
-    episode_sums: dict[str, tuple[float, float]] = field(default_factory=dict)
+__all__ = ["GENERATION_STRIDE", "ActorPool", "ActorRollout", "PoolSettings", "episode_means", "episode_sums"]
 
 
 @dataclass
@@ -131,8 +96,7 @@ class ActorPool:
         self.dropped_rollouts = 0
         self.actors: list[_Actor] = []
         self._closed = False
-        self._learner_wait = 0.0
-        self._since = time.perf_counter()
+        self._gathering = Gathering(settings)
         weakref.finalize(self, ActorPool._kill_all, self._pids)  # runs at exit too, should close() be skipped
         for index in range(settings.num_actors):
             self.actors.append(self._start(index))
@@ -142,12 +106,7 @@ class ActorPool:
         """Start actor ``index`` as a fresh process with the newest weights, with slots all free."""
         s = self.settings
         generation = self.generation if generation is None else generation
-        n = self.envs_per_actor
-        env_seed = s.env_seed + index * n + generation * GENERATION_STRIDE
-        spec = ActorSpec(
-            index, generation, self.env, n, s.num_steps, env_seed, env_seed + 10_007, s.check_env, s.check_finite,
-            self.policy, os.getpid(), s.max_policy_lag, self.recipe(),
-        )  # fmt: skip
+        spec = actor_spec(s, self.env, self.policy, self.recipe(), index, generation, os.getpid())
         learner_end, actor_end = self.context.Pipe(duplex=True)
         for slot in range(s.max_policy_lag):
             learner_end.send(slot)
@@ -177,11 +136,7 @@ class ActorPool:
         failures = old.failures_in_a_row + 1
         self.dropped_rollouts += len(old.waiting)
         if failures >= self.settings.max_failures:
-            raise EnvError(
-                _env_name(self.env), None, self.settings.num_envs,
-                f"in actor {index}: the actor failed {failures} times in a row (each time restarted with fresh "
-                f"seeds), stopping the run; last error: {problem}",
-            )  # fmt: skip
+            raise failed_too_often(self.settings, self.env, index, failures, problem)
         self.generation += 1
         self.restarts += 1
         fresh = self._start(index, self.generation)
@@ -226,21 +181,15 @@ class ActorPool:
         start = time.perf_counter()
         dropped_before = self.dropped_rollouts
         parts: list[TensorDict] = []
-        infos: list[tuple[int, dict[str, float], float, float]] = []
+        infos: list[RolloutInfo] = []
         for index in range(len(self.actors)):
             batch, info = self._take(index, learner_version)
             parts.append(batch)
             infos.append(info)
-        now = time.perf_counter()
-        self._learner_wait += now - start
-        batch = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
-        dropped = self.dropped_rollouts - dropped_before
-        sums = episode_sums([stats for _, stats, _, _ in infos])
-        stats = {**episode_means(sums), **self._perf(infos, now)}
-        per_rollout = self.envs_per_actor * self.settings.num_steps  # env ticks (self-play's carried rows are none)
-        return ActorRollout(batch, (len(parts) + dropped) * per_rollout, stats, sums)
+        stale = self.dropped_rollouts - dropped_before  # collected whole: their env steps count
+        return self._gathering.rollout(parts, infos, stale, self.restarts, self.dropped_rollouts, start)
 
-    def _take(self, index: int, learner_version: int) -> tuple[TensorDict, tuple[int, dict[str, float], float, float]]:
+    def _take(self, index: int, learner_version: int) -> tuple[TensorDict, RolloutInfo]:
         """Actor ``index``'s oldest fresh-enough rollout, cloned out of its slot (which is then free again)."""
         while True:
             actor = self.actors[index]
@@ -271,20 +220,6 @@ class ActorPool:
         elif kind == "error":
             self._replace(index, message[3])
 
-    def _perf(self, infos: list[tuple[int, dict[str, float], float, float]], now: float) -> dict[str, float]:
-        result: dict[str, float] = {}
-        collect = [collect_s for _, _, collect_s, _ in infos]
-        busy = [collect_s / max(collect_s + wait_s, 1e-9) for _, _, collect_s, wait_s in infos]
-        elapsed = max(now - self._since, 1e-9)
-        collected = self.envs_per_actor * self.settings.num_steps * len(infos)
-        result["perf/collect_sps"] = collected / max(max(collect), 1e-9)  # actors collect side by side
-        result["perf/actor_busy"] = sum(busy) / len(busy)
-        result["perf/learner_busy"] = 1.0 - self._learner_wait / elapsed
-        result["actors/restarts"] = float(self.restarts)
-        result["actors/dropped_rollouts"] = float(self.dropped_rollouts)
-        self._learner_wait, self._since = 0.0, now
-        return result
-
     # ----- shutdown -----------------------------------------------------------------------------------------
     def close(self) -> None:
         """Tell every actor to stop, join each with a timeout, kill stragglers by pid. Safe to call twice."""
@@ -305,28 +240,3 @@ class ActorPool:
         for pid in pids:
             if pid is not None and pid_alive(pid):
                 kill_pid(pid)
-
-
-def episode_sums(stats: list[dict[str, float]]) -> dict[str, tuple[float, float]]:
-    """``{name: (sum, episodes)}`` over actors' episode means, each weighted by the episodes behind it (an actor
-    that finished none reports NaN and weighs 0)."""
-    sums: dict[str, tuple[float, float]] = {}
-    for entry in stats:
-        weight = entry.get(EPISODES, 0.0)
-        for name, value in entry.items():
-            if name != EPISODES and value == value and weight > 0:
-                total, count = sums.get(name, (0.0, 0.0))
-                sums[name] = (total + value * weight, count + weight)
-    return sums
-
-
-def episode_means(sums: dict[str, tuple[float, float]]) -> dict[str, float]:
-    """``rollout/<name>`` means of ``episode_sums`` (NaN for the return and length when no episode finished)."""
-    means = {"rollout/episode_return": float("nan"), "rollout/episode_length": float("nan")}
-    means.update({f"rollout/{name}": total / count for name, (total, count) in sums.items()})
-    return means
-
-
-def _env_name(env: Any) -> str:
-    spec = getattr(env, "spec", None)
-    return getattr(spec, "name", type(env).__name__)

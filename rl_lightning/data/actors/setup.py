@@ -1,4 +1,5 @@
-"""The datamodule's side of async collection: refuse what cannot run in actor processes, then start the pool."""
+"""The datamodule's side of async collection: refuse what cannot run in actors, then start the pool (processes on
+this machine, or Ray actors: ``data.actor_backend``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from rl_lightning.data.actors.policy_factory import PolicyFactory
 from rl_lightning.data.actors.pool import ActorPool, PoolSettings
+from rl_lightning.data.actors.ray_checks import check_backend, check_ray_cluster
 from rl_lightning.data.actors.recipes import SelfPlayRecipe, SingleAgentRecipe
 from rl_lightning.errors import ConfigError
 
@@ -24,8 +26,10 @@ def check_actor_config(datamodule: Any, module: Any) -> None:
             f"data.max_policy_lag={lag!r}: must be >= 1 (versions a rollout may lag the learner); for lag 0 collect "
             "in the learner with data.num_actors: 0"
         )
+    check_backend(datamodule)
     if n == 0:
         return
+    on_ray = datamodule.actor_backend == "ray"
     _check_positive("data.actor_max_failures", datamodule.actor_max_failures, "e.g. 3")
     _check_positive("data.actor_heartbeat_s", datamodule.actor_heartbeat_s, "e.g. 60")
     if n > datamodule.num_envs or datamodule.num_envs % n:
@@ -36,10 +40,12 @@ def check_actor_config(datamodule: Any, module: Any) -> None:
     refusal = _unsupported(datamodule, module)
     if refusal:
         raise ConfigError(f"data.num_actors={n}: {refusal}; set data.num_actors: 0")
-    _check_crosses_processes(datamodule.env, "the env", n)
+    _check_crosses_processes(datamodule.env, "the env", n, on_ray)
     if datamodule.selfplay is not None:
-        _check_crosses_processes(datamodule.selfplay_settings, "the seat map and league settings", n)
-    _check_crosses_processes(module.policy_factory(), f"{type(module).__name__}'s acting policy", n)
+        _check_crosses_processes(datamodule.selfplay_settings, "the seat map and league settings", n, on_ray)
+    _check_crosses_processes(module.policy_factory(), f"{type(module).__name__}'s acting policy", n, on_ray)
+    if on_ray:
+        check_ray_cluster(datamodule)  # last: it may connect to a cluster to count its CPUs
 
 
 def _unsupported(datamodule: Any, module: Any) -> str:
@@ -50,13 +56,15 @@ def _unsupported(datamodule: Any, module: Any) -> str:
     return ""
 
 
-def _check_crosses_processes(value: Any, what: str, n: int) -> None:
-    """Refuse ``value`` that cannot be copied into a spawned process (a lambda, an open handle, a live engine)."""
+def _check_crosses_processes(value: Any, what: str, n: int, ray: bool = False) -> None:
+    """Refuse ``value`` that cannot be copied into a spawned process or a Ray actor (a lambda, an open handle, a live
+    engine; Ray's cloudpickle would take a lambda, but a plain pickle is what every backend can rely on)."""
     try:
         ForkingPickler(io.BytesIO()).dump(value)
     except Exception as err:  # noqa: BLE001 - any pickling failure means the same thing to the user
+        into = "each Ray actor" if ray else "each actor process"
         raise ConfigError(
-            f"data.num_actors={n} copies {what} into each actor process, but {type(value).__name__} cannot be "
+            f"data.num_actors={n} copies {what} into {into}, but {type(value).__name__} cannot be "
             f"pickled ({type(err).__name__}: {err}); define it at module level with plain settings, or set "
             "data.num_actors: 0"
         ) from None
@@ -67,8 +75,10 @@ def _check_positive(field: str, value: Any, example: str) -> None:
         raise ConfigError(f"{field}={value!r}: must be positive, {example}")
 
 
-def start_pool(datamodule: Any, module: Any, env_seed: int, seed_generation: int) -> ActorPool:
-    """Start the datamodule's actors with the module's acting policy; they wait for the first ``publish``."""
+def start_pool(datamodule: Any, module: Any, env_seed: int, seed_generation: int) -> Any:
+    """Start the datamodule's actors with the module's acting policy; they wait for the first ``publish``.
+
+    Returns an ``ActorPool``, or a ``RayActorPool`` (the same surface) with ``data.actor_backend: ray``."""
     settings = PoolSettings(
         num_actors=datamodule.num_actors,
         num_envs=datamodule.num_envs,
@@ -82,6 +92,11 @@ def start_pool(datamodule: Any, module: Any, env_seed: int, seed_generation: int
         seed_generation=seed_generation,
     )
     factory: PolicyFactory = module.policy_factory()
+    if datamodule.actor_backend == "ray":
+        from rl_lightning.data.actors.ray_pool import RayActorPool  # imports Ray: only with this backend
+
+        recipe = _recipe(datamodule)
+        return RayActorPool(settings, datamodule.env, factory, module.state_dict(), recipe, datamodule.ray_address)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # read by each actor's torch at import, before its first op
     return ActorPool(settings, datamodule.env, factory, module.state_dict(), _recipe(datamodule))
 

@@ -97,7 +97,7 @@ def actor_main(spec: ActorSpec, channels: ActorChannels) -> None:
         _collect_until_stopped(spec, channels)
     except BaseException as err:  # noqa: BLE001 - every failure is reported to the learner, then the actor exits
         with contextlib.suppress(OSError):  # the learner may be gone already
-            channels.pipe.send(("error", spec.index, spec.generation, _describe(err, spec)))
+            channels.pipe.send(("error", spec.index, spec.generation, describe_error(err, spec)))
         raise SystemExit(1) from None
 
 
@@ -147,7 +147,7 @@ def _wait(take: Callable[[], Any], spec: ActorSpec, channels: ActorChannels, rea
             return take()
 
 
-def _describe(err: BaseException, spec: ActorSpec) -> str:
+def describe_error(err: BaseException, spec: ActorSpec) -> str:
     """One line naming the error and where it was raised (the learner prints it, with the env's name, when the
     actor fails too often); an ``EnvError`` already names the env and its index."""
     if isinstance(err, EnvError):

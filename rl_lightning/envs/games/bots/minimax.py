@@ -16,8 +16,10 @@ import torch
 
 from rl_lightning.errors import ConfigError
 
-_FITS = ("MinimaxBot plays small deterministic perfect-information two-player zero-sum OpenSpiel games with terminal "
-         "rewards (tic_tac_toe)")
+_FITS = (
+    "MinimaxBot plays small deterministic perfect-information two-player zero-sum OpenSpiel games with terminal "
+    "rewards (tic_tac_toe)"
+)
 
 
 class MinimaxBot:

@@ -1,0 +1,252 @@
+"""``RayActorPool``: the actors as Ray actors, on this machine or across a cluster, behind ``ActorPool``'s contract.
+
+Imported only when ``data.actor_backend`` is ``ray`` (Ray is the optional extra ``pip install -e ".[ray]"``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+import torch
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from tensordict import TensorDict
+
+from rl_lightning import stop
+from rl_lightning.data.actors.gather import (
+    ActorRollout,
+    Gathering,
+    PoolSettings,
+    RolloutInfo,
+    actor_spec,
+    failed_too_often,
+)
+from rl_lightning.data.actors.policy_factory import PolicyFactory
+from rl_lightning.data.actors.ray_actor import RayActor
+from rl_lightning.data.actors.ray_checks import connect, cpus_of_cluster, refuse_too_many_actors
+from rl_lightning.data.actors.recipes import SingleAgentRecipe
+from rl_lightning.data.actors.worker import ActorSpec
+
+POLL_S = 0.05
+#: A new actor is placed, imports torch and builds its envs and policy before its first rollout: allow it this long.
+STARTUP_TIMEOUT_S = 300.0
+
+
+@dataclass
+class _Actor:
+    spec: ActorSpec
+    handle: Any
+    node: str | None  # the node asked for (``None``: wherever Ray places it)
+    in_flight: deque[tuple[Any, int]] = field(default_factory=deque)  # (result reference, weights version sent)
+    waiting_since: float = field(default_factory=time.monotonic)  # since when the oldest request is awaited
+    answered: bool = False  # a first rollout came back (before it, the startup allowance applies)
+    failures_in_a_row: int = 0
+
+
+class RayActorPool:
+    """Starts ``num_actors`` Ray actors (one CPU each) with the module's acting policy and hands their rollouts to the
+    learner, exactly as ``ActorPool`` does with processes.
+
+    Weights are put in Ray's object store once per version (``publish``); each actor keeps ``max_policy_lag``
+    requests in flight, every request carrying the newest version's reference, so no rollout lags more than
+    ``max_policy_lag`` versions; a staler one (the learner moved several versions in one update) is dropped and
+    counted. An actor whose request fails (its env raised, its process or node died) or that returns no rollout for
+    ``heartbeat_timeout_s`` is killed and replaced by a fresh actor with the next seed generation, placed wherever
+    the cluster has a CPU; its requests in flight are counted as dropped (they add no env steps: how far they got
+    is unknown). ``max_failures`` failures of one actor in a row raise the same ``EnvError`` as the process pool.
+    Actors fill the other nodes before the learner's own (the learner needs its cores). ``close`` kills every actor
+    with ``ray.kill`` and, if this pool started or connected Ray, shuts its session down.
+
+    Args:
+        settings: the datamodule's actor settings.
+        env: the env core each actor copies.
+        policy: builds the acting module in each actor.
+        state_dict: the learner's acting weights (unused before ``publish``; kept for ``ActorPool``'s signature).
+        recipe: called at every (re)start of an actor: what it builds its collector from (``recipes.py``).
+        address: ``None`` starts a local Ray instance (one CPU per core of this machine); ``"auto"`` or
+            ``"host:port"`` connects to a running cluster. Ignored when Ray is already initialised in this process.
+    """
+
+    def __init__(
+        self,
+        settings: PoolSettings,
+        env: Any,
+        policy: PolicyFactory,
+        state_dict: dict[str, torch.Tensor],
+        recipe: Callable[[], Any] = SingleAgentRecipe,
+        address: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.env = env
+        self.policy = policy
+        self.recipe = recipe
+        self.owns_ray = connect(address)
+        self._closed = False
+        self.actors: list[_Actor] = []
+        self._handles: list[Any] = []  # every actor ever started, for the finalizer
+        weakref.finalize(self, RayActorPool._kill_all, self._handles, self.owns_ray)
+        try:
+            refuse_too_many_actors(settings.num_actors, cpus_of_cluster(), address)
+        except BaseException:
+            self.close()
+            raise
+        self._remote = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(RayActor)
+        self.generation = settings.seed_generation
+        self.restarts = 0
+        self.dropped_rollouts = 0
+        self.version = -1
+        self._weights: Any = None
+        self._gathering = Gathering(settings)
+        for index in range(settings.num_actors):
+            self.actors.append(self._start(index, self.generation))
+
+    # ----- actors -------------------------------------------------------------------------------------------
+    def _start(self, index: int, generation: int) -> _Actor:
+        """A fresh Ray actor ``index`` of ``generation``, on the node with the most room (other nodes first)."""
+        spec = actor_spec(self.settings, self.env, self.policy, self.recipe(), index, generation, os.getpid())
+        node = self._roomiest_node()
+        strategy = "DEFAULT" if node is None else NodeAffinitySchedulingStrategy(node, soft=True)
+        handle = self._remote.options(scheduling_strategy=strategy).remote(spec)
+        self._handles.append(handle)
+        return _Actor(spec, handle, node)
+
+    def _roomiest_node(self) -> str | None:
+        """The live node with a CPU left for one more of this pool's actors, nodes other than the learner's first."""
+        own = ray.get_runtime_context().get_node_id()
+        placed: dict[str | None, int] = {}
+        for actor in self.actors:
+            placed[actor.node] = placed.get(actor.node, 0) + 1
+        room = [
+            (node["NodeID"] == own, placed.get(node["NodeID"], 0), node["NodeID"])
+            for node in ray.nodes()
+            if node["Alive"] and node["Resources"].get("CPU", 0) > placed.get(node["NodeID"], 0)
+        ]
+        return min(room)[2] if room else None
+
+    @property
+    def pids(self) -> list[int]:
+        """The live actors' process ids (on their own nodes); waits for each actor's requests in flight."""
+        return [pid for _, pid in self.where()]
+
+    def where(self) -> list[tuple[str, int]]:
+        """``(node id, process id)`` of each live actor, in actor order."""
+        return ray.get([actor.handle.where.remote() for actor in self.actors])
+
+    def _replace(self, index: int, problem: str, lost: int) -> None:
+        """Kill actor ``index`` and start a fresh one, or raise after too many failures; ``lost`` requests of it
+        were in flight beside those still queued."""
+        old = self.actors[index]
+        with contextlib.suppress(Exception):  # already dead with its node: nothing to kill
+            ray.kill(old.handle, no_restart=True)
+        self.dropped_rollouts += lost + len(old.in_flight)
+        failures = old.failures_in_a_row + 1
+        if failures >= self.settings.max_failures:
+            raise failed_too_often(self.settings, self.env, index, failures, problem)
+        self.generation += 1
+        self.restarts += 1
+        fresh = self._start(index, self.generation)
+        fresh.failures_in_a_row = failures
+        self.actors[index] = fresh
+        self._fill(index)
+
+    # ----- data ---------------------------------------------------------------------------------------------
+    def publish(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        """Make the learner's weights of ``version`` the ones every actor's next request collects with."""
+        if version != self.version:
+            self._weights = ray.put({name: tensor.detach().cpu() for name, tensor in state_dict.items()})
+            self.version = version
+
+    def _fill(self, index: int) -> None:
+        """Send actor ``index`` requests until ``max_policy_lag`` are in flight, each with the newest weights."""
+        actor = self.actors[index]
+        if not actor.in_flight:
+            actor.waiting_since = time.monotonic()
+        while len(actor.in_flight) < self.settings.max_policy_lag:
+            actor.in_flight.append((actor.handle.collect.remote(self.version, [self._weights]), self.version))
+
+    def next_rollout(self, learner_version: int) -> ActorRollout:
+        """Wait for one rollout from every actor, no more than ``max_policy_lag`` versions behind
+        ``learner_version``; returns them side by side (columns in actor order)."""
+        if self._weights is None:
+            raise RuntimeError("RayActorPool.next_rollout before the first publish")
+        start = time.perf_counter()
+        for index in range(len(self.actors)):
+            self._fill(index)
+        parts: list[TensorDict] = []
+        infos: list[RolloutInfo] = []
+        stale = 0
+        for index in range(len(self.actors)):
+            batch, info, skipped = self._take(index, learner_version)
+            parts.append(batch)
+            infos.append(info)
+            stale += skipped
+        return self._gathering.rollout(parts, infos, stale, self.restarts, self.dropped_rollouts, start)
+
+    def _take(self, index: int, learner_version: int) -> tuple[TensorDict, RolloutInfo, int]:
+        """Actor ``index``'s oldest fresh-enough rollout, and how many staler ones were dropped before it."""
+        stale = 0
+        while True:
+            actor = self.actors[index]
+            ref, version = actor.in_flight[0]
+            ready, _ = ray.wait([ref], timeout=POLL_S)
+            if not ready:
+                stop.check()  # SIGTERM / Ctrl+C: the learner stops here; close() then kills the actors
+                self._check_hung(index)
+                continue
+            actor.in_flight.popleft()
+            actor.waiting_since = time.monotonic()  # the next request's turn
+            try:
+                result = ray.get(ref)
+            except ray.exceptions.RayError as err:  # the actor's process or node died
+                self._replace(index, _one_line(err), lost=1)
+                continue
+            if result[0] == "error":
+                self._replace(index, result[1], lost=1)
+                continue
+            actor.answered = True
+            self._fill(index)  # the freed place goes to a request with the newest weights
+            _, batch, stats, collect_s, load_s = result
+            if learner_version - version > self.settings.max_policy_lag:
+                self.dropped_rollouts += 1  # too stale for the update: its env steps still count
+                stale += 1
+                continue
+            actor.failures_in_a_row = 0
+            return batch, (version, stats, collect_s, load_s), stale
+
+    def _check_hung(self, index: int) -> None:
+        actor = self.actors[index]
+        limit = self.settings.heartbeat_timeout_s + (0.0 if actor.answered else STARTUP_TIMEOUT_S)
+        if time.monotonic() - actor.waiting_since > limit:
+            self._replace(index, f"no rollout for {limit:g} s (hung env, or no CPU left to place it?)", lost=0)
+
+    # ----- shutdown -----------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Kill every actor (``ray.kill``) and end the Ray session this pool opened. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        RayActorPool._kill_all(self._handles, self.owns_ray)
+
+    @staticmethod
+    def _kill_all(handles: list[Any], owns_ray: bool) -> None:
+        if not ray.is_initialized():
+            return
+        for handle in handles:
+            with contextlib.suppress(Exception):  # dead already
+                ray.kill(handle, no_restart=True)
+        handles.clear()
+        if owns_ray:
+            ray.shutdown()
+
+
+def _one_line(err: BaseException) -> str:
+    """The first line of a Ray error (they run to a page: the actor's death cause, its node, its ids)."""
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"
