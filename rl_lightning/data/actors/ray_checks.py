@@ -6,7 +6,9 @@ Ray is imported inside the functions here (it is an optional extra), never when 
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import threading
 from typing import Any
 
 from rl_lightning.errors import ConfigError
@@ -58,18 +60,31 @@ def connect(address: str | None) -> bool:
     if ray.is_initialized():
         return False
     if address is None:  # "local": a fresh instance even when RAY_ADDRESS names a cluster
-        ray.init(address="local", num_cpus=local_cpus(), include_dashboard=False, **_QUIET)
+        _init(address="local", num_cpus=local_cpus(), include_dashboard=False, **_QUIET)
         return True
     _check_address_form(address)
     _probe(address)
     try:
-        ray.init(address=address, **_QUIET)
+        _init(address=address, **_QUIET)
     except ConnectionError as err:
         raise ConfigError(
             f"data.ray_address={address!r}: no Ray cluster found ({str(err).splitlines()[0]}); start one with "
             "`ray start --head`, or set data.ray_address: null for a local Ray instance"
         ) from None
     return True
+
+
+def _init(**kwargs: Any) -> None:
+    """``ray.init``, keeping this process's SIGTERM/SIGINT handlers: Ray's core worker installs its own crash handler
+    for SIGTERM, which prints a stack and kills the learner before ``FaultCheckpoint`` could save the last update."""
+    import ray
+
+    main = threading.current_thread() is threading.main_thread()
+    kept = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)} if main else {}
+    ray.init(**kwargs)
+    for signum, handler in kept.items():
+        if handler is not None:
+            signal.signal(signum, handler)
 
 
 def local_cpus() -> int:
