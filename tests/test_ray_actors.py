@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +20,7 @@ from rl_lightning.errors import ConfigError, EnvError
 from tests.actor_envs import BreaksForGoodCartPole
 from tests.cli_subprocess import error_line, run_cli
 from tests.helpers import tiny_ppo, trainer
+from tests.test_actors_cli import _descendants
 
 ray = pytest.importorskip("ray")
 
@@ -27,11 +30,18 @@ SETTINGS = PoolSettings(1, 4, 16, 1, 3, 60.0, 100)
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    """One local Ray instance of two CPUs for the in-process tests of this file (a pool given none starts its own)."""
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="warning")
+def _ray_for_the_module():
     yield
-    ray.shutdown()
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture
+def local_ray(_ray_for_the_module):
+    """A local Ray instance of two CPUs, shared by the tests of this file that use it (a pool given none starts its
+    own and shuts it down)."""
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="warning")
 
 
 def _rollouts(pool, module, versions: int, per_version: int = 1) -> list:
@@ -64,6 +74,7 @@ def test_a_ray_actor_collects_what_a_process_actor_collects_for_the_same_weights
         _assert_same(ray_batch, process_batch)
 
 
+@pytest.mark.slow  # ~8 s on a loaded 2-core box; the plain CartPole case above covers the transport
 def test_self_play_on_ray_equals_the_serial_games_with_league_and_bots(local_ray):
     pytest.importorskip("pyspiel")
     from rl_lightning.data.actors.recipes import SelfPlayRecipe
@@ -89,6 +100,18 @@ def test_self_play_on_ray_equals_the_serial_games_with_league_and_bots(local_ray
         _assert_same(actor_batch, collector.rollout(policy, 12, version))
 
 
+class _PidsAtEnd(Callback):
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.pids = trainer.datamodule.actors.pids
+
+
+def _gone(pids: list[int], within_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while any(pid_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not any(pid_alive(pid) for pid in pids)
+
+
 class _KillActorsAfter(Callback):
     """``ray.kill`` every Ray actor of the run once ``updates`` updates are done (once); keeps their pids."""
 
@@ -107,11 +130,13 @@ class _KillActorsAfter(Callback):
 def test_a_ray_actor_killed_mid_fit_is_replaced_and_the_fit_completes_its_budget(local_ray, tmp_path):
     module, datamodule = tiny_ppo(total_env_steps=10 * 64, update_epochs=1)
     datamodule.num_actors, datamodule.actor_backend = 1, "ray"
-    kill = _KillActorsAfter(3)
-    trainer(tmp_path, callbacks=[kill]).fit(module, datamodule)
+    kill, end = _KillActorsAfter(3), _PidsAtEnd()
+    trainer(tmp_path, callbacks=[kill, end]).fit(module, datamodule)
     assert datamodule.local_env_steps == 10 * 64
     assert kill.killed
     assert not any(pid_alive(pid) for pid in kill.killed)
+    assert set(end.pids).isdisjoint(kill.killed)
+    assert _gone(end.pids)  # the replacement, ray.kill-ed at the end of the fit though Ray itself stays up
     stats = datamodule.last_rollout.stats
     assert stats["actors/restarts"] == 1.0
     assert stats["actors/dropped_rollouts"] >= 1.0  # the request in flight when the actor died
@@ -119,11 +144,35 @@ def test_a_ray_actor_killed_mid_fit_is_replaced_and_the_fit_completes_its_budget
     assert ray.is_initialized()  # not the pool's session: left running
 
 
-def test_an_env_broken_for_good_stops_after_max_failures_in_a_row(local_ray, tmp_path):
+def test_no_rollout_lags_more_than_max_policy_lag_and_a_staler_one_is_dropped(local_ray):
+    env = CartPole()
+    module = PPO(env_spec=env.spec, hidden_sizes=(16,))
+    pool = RayActorPool(PoolSettings(1, 4, 8, 2, 3, 60.0, 100), env, module.policy_factory(), module.state_dict())
+    try:
+        lags = []
+        for version in range(5):
+            pool.publish(module.state_dict(), version)
+            lags.append(version - int(pool.next_rollout(version).batch["policy_version"].min()))
+        assert pool.dropped_rollouts == 0
+        pool.publish(module.state_dict(), 9)  # the learner jumped: both requests in flight (version 4) are stale
+        jumped = pool.next_rollout(9)
+    finally:
+        pool.close()
+    assert lags == [0, 1, 2, 2, 2]  # two requests in flight: the actor ran as far ahead as allowed, no further
+    assert pool.dropped_rollouts == 2
+    assert jumped.stats["actors/dropped_rollouts"] == 2.0
+    assert jumped.env_steps == 3 * 4 * 8  # the dropped rollouts were collected whole: their env steps count
+    assert int(jumped.batch["policy_version"].min()) == 9
+
+
+def test_an_env_broken_for_good_stops_after_max_failures_in_a_row_and_ray_is_shut_down(tmp_path):
+    if ray.is_initialized():
+        ray.shutdown()  # this pool starts its own local instance
     env = BreaksForGoodCartPole(str(tmp_path / "broken"), fail_at=20)  # in the 2nd rollout, then at every start
     module = PPO(env_spec=env.spec, hidden_sizes=(16,))
     settings = PoolSettings(1, 4, 16, 1, 2, 60.0, 100)
     pool = RayActorPool(settings, env, module.policy_factory(), module.state_dict())
+    raylets = [pid for pid in _descendants(os.getpid()) if b"raylet" in _command(pid)]
     try:
         pool.publish(module.state_dict(), 0)
         pool.next_rollout(0)
@@ -131,12 +180,22 @@ def test_an_env_broken_for_good_stops_after_max_failures_in_a_row(local_ray, tmp
             pool.next_rollout(0)
     finally:
         pool.close()
+    assert raylets
+    assert not ray.is_initialized()
+    assert _gone(raylets)
     line = str(info.value)
     assert "\n" not in line
     assert "env 'CartPole'" in line, line
     assert "failed 2 times in a row" in line, line
     assert "RuntimeError: simulator broke at call 1" in line, line
     assert pool.restarts == 1
+
+
+def _command(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def _cli_args(tmp_path, *extra: str) -> list[str]:

@@ -63,8 +63,8 @@ def measure(backend: str, num_actors: int, args: argparse.Namespace, step_ms: fl
             pool.publish(module.state_dict(), version)
             rollout = pool.next_rollout(version)
             wall_ms.append(1e3 * (time.perf_counter() - began))
-            per_actor = args.num_envs // num_actors * args.num_steps
-            collect_ms.append(1e3 * per_actor / rollout.stats["perf/collect_sps"])  # the slowest actor's
+            # collect_sps counts every actor's steps over the slowest actor's collect time: this is that time
+            collect_ms.append(1e3 * args.num_envs * args.num_steps / rollout.stats["perf/collect_sps"])
             steps += rollout.env_steps
             version += 1
         elapsed = time.perf_counter() - start
@@ -83,7 +83,7 @@ def _row(label: str, figures: dict[str, float], base: float | None = None) -> No
     print(
         f"  {label:<28} {figures['sps']:9.0f} env steps/s {scale}   learner {figures['wall_ms']:7.1f} ms/rollout "
         f"(median {figures['wall_median_ms']:.1f}), "
-        f"actor collect {figures['collect_ms']:7.1f} ms"
+        f"slowest actor collects {figures['collect_ms']:6.1f} ms"
     )
 
 
