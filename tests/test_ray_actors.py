@@ -20,6 +20,7 @@ from rl_lightning.errors import ConfigError, EnvError
 from tests.actor_envs import BreaksForGoodCartPole
 from tests.cli_subprocess import error_line, run_cli
 from tests.helpers import tiny_ppo, trainer
+from tests.test_actors import _deadline
 from tests.test_actors_cli import _descendants
 
 ray = pytest.importorskip("ray")
@@ -131,8 +132,10 @@ def test_a_ray_actor_killed_mid_fit_is_replaced_and_the_fit_completes_its_budget
     module, datamodule = tiny_ppo(total_env_steps=10 * 64, update_epochs=1)
     datamodule.num_actors, datamodule.actor_backend = 1, "ray"
     kill, end = _KillActorsAfter(3), _PidsAtEnd()
-    trainer(tmp_path, callbacks=[kill, end]).fit(module, datamodule)
+    with _deadline(120):  # an actor never replaced would leave the learner waiting forever
+        trainer(tmp_path, callbacks=[kill, end]).fit(module, datamodule)
     assert datamodule.local_env_steps == 10 * 64
+    assert datamodule.state_dict()["actor_generation"] == 2  # the replacement drew the next seeds
     assert kill.killed
     assert not any(pid_alive(pid) for pid in kill.killed)
     assert set(end.pids).isdisjoint(kill.killed)
@@ -176,7 +179,7 @@ def test_an_env_broken_for_good_stops_after_max_failures_in_a_row_and_ray_is_shu
     try:
         pool.publish(module.state_dict(), 0)
         pool.next_rollout(0)
-        with pytest.raises(EnvError) as info:
+        with pytest.raises(EnvError) as info, _deadline(120):  # not replaced for ever
             pool.next_rollout(0)
     finally:
         pool.close()

@@ -11,11 +11,12 @@ from rl_lightning.envs import CartPole
 
 
 class SleepyCartPole(CartPole):
-    """CartPole whose ``step_state`` sleeps ``step_ms`` first (the sleep leaves the core free, as a simulator
-    waiting on I/O or another process would: more actors than cores still add throughput).
+    """CartPole whose ``step_state`` first sleeps ``step_ms`` per env of the batch (a simulator whose every env costs
+    time; the sleep leaves the core free, as one waiting on I/O or another process would, so more actors than cores
+    still add throughput).
 
     Args:
-        step_ms: milliseconds slept per batched step; 0 is the plain CartPole.
+        step_ms: milliseconds slept per env per step; 0 is the plain CartPole.
     """
 
     def __init__(self, step_ms: float = 2.0) -> None:
@@ -26,5 +27,5 @@ class SleepyCartPole(CartPole):
         self, state: TensorDict, action: torch.Tensor, generator: torch.Generator, inplace: bool = False
     ) -> tuple[TensorDict, TensorDict]:
         if self.step_ms > 0:
-            time.sleep(self.step_ms / 1e3)
+            time.sleep(self.step_ms / 1e3 * action.shape[0])
         return super().step_state(state, action, generator, inplace)

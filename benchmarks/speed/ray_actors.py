@@ -6,7 +6,7 @@ simulated two-node cluster, and what a rollout costs on Ray beyond its collectio
 
 Sections (each its own function):
   local     a local Ray instance (``--local-cpus`` logical CPUs, so 4 actors fit on 2 cores): 1, 2, 4 Ray actors
-            stepping ``--num-envs`` envs in all of a CartPole that sleeps ``--step-ms`` per batched step (a slow
+            stepping ``--num-envs`` envs in all of a CartPole that sleeps ``--step-ms`` per env per step (a slow
             simulator: scaling shows even on 2 cores); the actor processes on the same settings beside it.
   cluster   the same with 1 and 2 actors on a ``ray.cluster_utils.Cluster``: a head and a second node of one CPU
             each on 127.0.0.1 (the actors fill the second node first).
@@ -88,7 +88,7 @@ def _row(label: str, figures: dict[str, float], base: float | None = None) -> No
 
 
 def local(args: argparse.Namespace) -> None:
-    print(f"local Ray instance ({args.local_cpus} logical CPUs), {args.step_ms:g} ms per env step:")
+    print(f"local Ray instance ({args.local_cpus} logical CPUs), {args.step_ms:g} ms per env per step:")
     ray.init(address="local", num_cpus=args.local_cpus, include_dashboard=False, log_to_driver=False)
     try:
         base = None
@@ -108,7 +108,7 @@ def local(args: argparse.Namespace) -> None:
 def cluster(args: argparse.Namespace) -> None:
     from ray.cluster_utils import Cluster
 
-    print(f"two-node cluster (head 1 CPU + node 1 CPU on 127.0.0.1), {args.step_ms:g} ms per env step:")
+    print(f"two-node cluster (head 1 CPU + node 1 CPU on 127.0.0.1), {args.step_ms:g} ms per env per step:")
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     try:
         nodes.add_node(num_cpus=1)
@@ -144,7 +144,7 @@ def main() -> None:
     parser.add_argument("--sections", default="local,cluster,overhead", help="comma-separated: " + ",".join(SECTIONS))
     parser.add_argument("--num-envs", type=int, default=8, help="envs in all, split between the actors")
     parser.add_argument("--num-steps", type=int, default=32, help="ticks per rollout")
-    parser.add_argument("--step-ms", type=float, default=2.0, help="sleep per batched env step")
+    parser.add_argument("--step-ms", type=float, default=2.0, help="sleep per env per step")
     parser.add_argument("--rollouts", type=int, default=20, help="timed rollouts per setting")
     parser.add_argument("--warmup", type=int, default=3, help="untimed rollouts first (actor start-up)")
     parser.add_argument("--local-cpus", type=int, default=4, help="logical CPUs of the local Ray instance")
