@@ -240,7 +240,7 @@ class RayActorPool:
             return
         for handle in handles:
             with contextlib.suppress(Exception):  # dead already
-                pass
+                ray.kill(handle, no_restart=True)
         handles.clear()
         if owns_ray:
             ray.shutdown()
