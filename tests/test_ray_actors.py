@@ -159,8 +159,10 @@ def test_no_rollout_lags_more_than_max_policy_lag_and_a_staler_one_is_dropped(lo
         assert pool.dropped_rollouts == 0
         pool.publish(module.state_dict(), 9)  # the learner jumped: both requests in flight (version 4) are stale
         jumped = pool.next_rollout(9)
+        pids = pool.pids
     finally:
         pool.close()
+    assert _gone(pids)  # ray.kill-ed by close(), while the pool (holding their handles) is still alive
     assert lags == [0, 1, 2, 2, 2]  # two requests in flight: the actor ran as far ahead as allowed, no further
     assert pool.dropped_rollouts == 2
     assert jumped.stats["actors/dropped_rollouts"] == 2.0
