@@ -10,6 +10,8 @@ import sys
 import pytest
 import torch
 
+from tests.cli_subprocess import _startup_environ
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Two xdist workers on a 2-core machine, each with torch's default of one thread per core, oversubscribe the
     # cores: OpenMP's spin-waits then cost tens of ms per small op (a tiny DreamerV3 fit went from ~10 s to ~50 s).
@@ -38,6 +40,17 @@ def _restore_rng_and_threads():
     torch.set_rng_state(torch_state)
     random.setstate(py_state)
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def _startup_environment_unchanged():
+    """Code under test must not change the variables an interpreter reads at start-up (``OMP_NUM_THREADS``, ...)
+    in the test process: the user's process keeps them too, and every later CLI test would leave the fork server
+    for a fresh interpreter (5 s each instead of 0.5 s)."""
+    before = _startup_environ(dict(os.environ))
+    yield
+    after = _startup_environ(dict(os.environ))
+    assert after == before, f"the test left start-up variables changed: {set(after.items()) ^ set(before.items())}"
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
@@ -82,7 +81,6 @@ def start_pool(datamodule: Any, module: Any, env_seed: int, seed_generation: int
         seed_generation=seed_generation,
     )
     factory: PolicyFactory = module.policy_factory()
-    os.environ.setdefault("OMP_NUM_THREADS", "1")  # read by each actor's torch at import, before its first op
     return ActorPool(settings, datamodule.env, factory, module.state_dict(), _recipe(datamodule))
 
 
