@@ -42,15 +42,39 @@ def _restore_rng_and_threads():
     torch.set_num_threads(threads)
 
 
-@pytest.fixture(autouse=True)
-def _startup_environment_unchanged():
-    """Code under test must not change the variables an interpreter reads at start-up (``OMP_NUM_THREADS``, ...)
-    in the test process: the user's process keeps them too, and every later CLI test would leave the fork server
-    for a fresh interpreter (5 s each instead of 0.5 s)."""
-    before = _startup_environ(dict(os.environ))
-    yield
-    after = _startup_environ(dict(os.environ))
-    assert after == before, f"the test left start-up variables changed: {set(after.items()) ^ set(before.items())}"
+#: Start-up variables third-party code rewrites in its own process: OpenCV (``cv2``, imported by the ALE and video
+#: paths) prepends its libraries to ``LD_LIBRARY_PATH``, Lightning sets ``PYTORCH_NVML_BASED_CUDA_CHECK`` at import,
+#: torch's inductor ``TORCHINDUCTOR_CACHE_DIR`` at its first compile. Put back after each test, not reported.
+IMPORT_SIDE_EFFECTS = frozenset({"LD_LIBRARY_PATH", "PYTORCH_NVML_BASED_CUDA_CHECK", "TORCHINDUCTOR_CACHE_DIR"})
+_STARTUP_BEFORE = pytest.StashKey[dict[str, str]]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    item.stash[_STARTUP_BEFORE] = _startup_environ(dict(os.environ))  # before any fixture (``monkeypatch``) runs
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """After every fixture's teardown: code under test must not change the variables an interpreter reads at
+    start-up (``OMP_NUM_THREADS``, ...) in the test process. The user's process would keep them, and every later CLI
+    test would leave the fork server for a fresh interpreter (5 s each instead of 0.5 s). They are put back either
+    way, so only the test that changed them fails."""
+    result = yield
+    before = item.stash.get(_STARTUP_BEFORE, None)
+    if before is None:
+        return result
+    now = _startup_environ(dict(os.environ))
+    changed = {name for name in set(now) | set(before) if now.get(name) != before.get(name)}
+    for name in changed:
+        if name in before:
+            os.environ[name] = before[name]
+        else:
+            del os.environ[name]
+    leaked = sorted(changed - IMPORT_SIDE_EFFECTS)
+    assert not leaked, f"{item.nodeid} left start-up variables changed: {leaked}"
+    return result
 
 
 @pytest.fixture(autouse=True)
