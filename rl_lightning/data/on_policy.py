@@ -82,6 +82,10 @@ class OnPolicyDataModule(pl.LightningDataModule):
             the run with a checkpoint and one line naming the env and the error; fewer are restarted with the newest
             weights and a fresh seed.
         actor_heartbeat_s: with actors: an actor with no env tick for this long is taken as hung and replaced.
+        actor_env_splits: with actors: ``2`` steps each actor's envs in two groups, one group's env step running
+            while the policy acts for the other (Sample Factory's double-buffered sampling). Pays with backends
+            that step outside Python (EnvPool, ale-py's vector env) and a policy that costs as much as a step;
+            same data as two actors of half the envs each. Single-seat collection only (not self-play).
     """
 
     def __init__(
@@ -103,6 +107,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         max_policy_lag: int = 1,
         actor_max_failures: int = 3,
         actor_heartbeat_s: float = 60.0,
+        actor_env_splits: int = 1,
     ) -> None:
         super().__init__()
         _require_positive("data.num_envs", num_envs, "set it to the number of parallel envs per rank, e.g. 8")
@@ -125,6 +130,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self.max_policy_lag = max_policy_lag
         self.actor_max_failures = actor_max_failures
         self.actor_heartbeat_s = actor_heartbeat_s
+        self.actor_env_splits = actor_env_splits
         self.actors: ActorPool | None = None
         self._actor_generation = 0  # seed generations used before (a resumed async run starts past them)
         self._env_seed: int | None = None  # the rank's first env seed, known at setup

@@ -62,6 +62,8 @@ class ReplayDataModule(OnPolicyDataModule):
         max_policy_lag: with actors: rollouts each actor may collect ahead (SPO's replay is off-policy already).
         actor_max_failures: with actors: failures of one actor in a row that stop the run with a checkpoint.
         actor_heartbeat_s: with actors: an actor with no env tick for this long is replaced.
+        actor_env_splits: with actors: ``2`` steps each actor's envs in two groups, each group's env step beside the
+            other group's search (``OnPolicyDataModule``'s setting).
     """
 
     def __init__(
@@ -85,6 +87,7 @@ class ReplayDataModule(OnPolicyDataModule):
         max_policy_lag: int = 1,
         actor_max_failures: int = 3,
         actor_heartbeat_s: float = 60.0,
+        actor_env_splits: int = 1,
     ) -> None:
         _require_positive("data.rollout_length", rollout_length, "set the env steps per env per update, e.g. 32")
         _require_positive("data.buffer_size", buffer_size, "set the transitions kept per rank, e.g. 65536")
@@ -96,7 +99,7 @@ class ReplayDataModule(OnPolicyDataModule):
         super().__init__(
             env, num_envs, rollout_length, total_env_steps, seed, device, check_env, eval_episodes, eval_seed,
             num_actors=num_actors, max_policy_lag=max_policy_lag, actor_max_failures=actor_max_failures,
-            actor_heartbeat_s=actor_heartbeat_s,
+            actor_heartbeat_s=actor_heartbeat_s, actor_env_splits=actor_env_splits,
         )  # fmt: skip
         self.rollout_length = rollout_length
         self.buffer_size = buffer_size

@@ -45,6 +45,7 @@ class PoolSettings:
         env_seed: the rank's first env seed (actor ``i`` gets ``env_seed + i·num_envs/num_actors``); the sampling
             seed is ``env_seed + 10_007`` likewise, as the serial collector's.
         seed_generation: generations already used by earlier runs of this fit (a resume starts past them).
+        env_splits: 1, or 2 to step each actor's envs in two groups overlapping the policy (``split.py``).
     """
 
     num_actors: int
@@ -57,6 +58,7 @@ class PoolSettings:
     check_env: bool = False
     check_finite: bool = True
     seed_generation: int = 0
+    env_splits: int = 1
 
 
 @dataclass
@@ -146,7 +148,7 @@ class ActorPool:
         env_seed = s.env_seed + index * n + generation * GENERATION_STRIDE
         spec = ActorSpec(
             index, generation, self.env, n, s.num_steps, env_seed, env_seed + 10_007, s.check_env, s.check_finite,
-            self.policy, os.getpid(), s.max_policy_lag, self.recipe(),
+            self.policy, os.getpid(), s.max_policy_lag, self.recipe(), s.env_splits,
         )  # fmt: skip
         learner_end, actor_end = self.context.Pipe(duplex=True)
         for slot in range(s.max_policy_lag):

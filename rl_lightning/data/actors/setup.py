@@ -23,6 +23,12 @@ def check_actor_config(datamodule: Any, module: Any) -> None:
             f"data.max_policy_lag={lag!r}: must be >= 1 (versions a rollout may lag the learner); for lag 0 collect "
             "in the learner with data.num_actors: 0"
         )
+    splits = getattr(datamodule, "actor_env_splits", 1)
+    if n == 0 and splits != 1:
+        raise ConfigError(
+            f"data.actor_env_splits={splits!r} splits the envs of actor processes; set data.num_actors >= 1 or "
+            "data.actor_env_splits: 1"
+        )
     if n == 0:
         return
     _check_positive("data.actor_max_failures", datamodule.actor_max_failures, "e.g. 3")
@@ -32,6 +38,7 @@ def check_actor_config(datamodule: Any, module: Any) -> None:
             f"data.num_actors={n} does not split data.num_envs={datamodule.num_envs} evenly (each actor steps "
             f"num_envs / num_actors envs); use a divisor of {datamodule.num_envs} no larger than it"
         )
+    _check_env_splits(datamodule)
     refusal = _unsupported(datamodule, module)
     if refusal:
         raise ConfigError(f"data.num_actors={n}: {refusal}; set data.num_actors: 0")
@@ -39,6 +46,26 @@ def check_actor_config(datamodule: Any, module: Any) -> None:
     if datamodule.selfplay is not None:
         _check_crosses_processes(datamodule.selfplay_settings, "the seat map and league settings", n)
     _check_crosses_processes(module.policy_factory(), f"{type(module).__name__}'s acting policy", n)
+
+
+def _check_env_splits(datamodule: Any) -> None:
+    """``actor_env_splits``: 1, or 2 with an even number of envs per actor and a plain single-seat collector."""
+    splits = getattr(datamodule, "actor_env_splits", 1)
+    if splits == 1:
+        return
+    if splits != 2:
+        raise ConfigError(f"data.actor_env_splits={splits!r}: must be 1 (off) or 2 (two env groups per actor)")
+    per_actor = datamodule.num_envs // datamodule.num_actors
+    if per_actor % 2:
+        raise ConfigError(
+            f"data.actor_env_splits=2 halves each actor's {per_actor} envs (num_envs / num_actors), which is odd; "
+            "use an even number of envs per actor or data.actor_env_splits: 1"
+        )
+    if datamodule.selfplay is not None or getattr(datamodule, "actor_recipe", None) is not None:
+        raise ConfigError(
+            "data.actor_env_splits=2 steps single-seat envs with a plain collector; self-play and DreamerV3's "
+            "sequence collector step all their envs together: set data.actor_env_splits: 1"
+        )
 
 
 def _unsupported(datamodule: Any, module: Any) -> str:
@@ -79,6 +106,7 @@ def start_pool(datamodule: Any, module: Any, env_seed: int, seed_generation: int
         check_env=datamodule.check_env,
         check_finite=datamodule.check_finite,
         seed_generation=seed_generation,
+        env_splits=getattr(datamodule, "actor_env_splits", 1),
     )
     factory: PolicyFactory = module.policy_factory()
     return ActorPool(settings, datamodule.env, factory, module.state_dict(), _recipe(datamodule))
