@@ -69,7 +69,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         league: multi-seat games: ``{size: K, snapshot_every_n_updates: N, share: p}``, a pool of the last ``K``
             snapshots of the learning policy (one every ``N`` updates); ``league`` seats, and in a share ``p`` of
             games every ``self`` seat but one, play a snapshot drawn per game.
-        num_actors: collect beside the learner in this many actor processes per rank (DESIGN.md §12), each
+        num_actors: collect beside the learner in this many actor processes per rank (docs/guides/speed.md), each
             stepping ``num_envs / num_actors`` envs with its own copy of the acting policy, refreshed from the
             learner's weights (shared memory) before each rollout; an update still sees one ``[num_steps,
             num_envs]`` rollout, one slice per actor. ``0`` collects in the learner, in turn with the updates: the
@@ -124,7 +124,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self.compile = compile
         self.eval_episodes = eval_episodes
         self.eval_seed = eval_seed
-        self.selfplay = make_selfplay(env, seats, league)  # multi-seat games only (DESIGN.md §10)
+        self.selfplay = make_selfplay(env, seats, league)  # multi-seat games only (docs/guides/games.md)
         self.selfplay_settings = (seats, league)  # what actor processes rebuild their seats and league from
         self.num_actors = num_actors
         self.max_policy_lag = max_policy_lag
