@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import sys
+from collections.abc import Iterator
 
 
 def die_with_parent(signum: int = signal.SIGTERM) -> None:
@@ -45,3 +46,16 @@ def kill_pid(pid: int) -> None:
     """SIGKILL ``pid`` if it still exists."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def child_environ(**defaults: str) -> Iterator[None]:
+    """Set ``defaults`` in ``os.environ`` where unset while a child is started (a spawned interpreter copies the
+    environment as it starts), then restore it: the parent's own environment is left as the user set it."""
+    added = {name: value for name, value in defaults.items() if name not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)

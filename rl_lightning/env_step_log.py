@@ -1,4 +1,4 @@
-"""Write scalars to the trainer's loggers once, at an env step: the x-axis of every curve (DESIGN.md §4)."""
+"""Write scalars to the trainer's loggers once, at an env step: the x-axis of every curve (docs/guides/metrics.md)."""
 
 from __future__ import annotations
 

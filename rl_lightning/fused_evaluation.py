@@ -1,4 +1,4 @@
-"""The compiled evaluation step of DESIGN.md §9: deterministic act and env step in one graph, no storage, no resets."""
+"""The compiled evaluation step (docs/guides/speed.md): deterministic act and env step in one graph, no storage."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# Env outputs (DESIGN.md §3).
+# Env outputs (docs/reference/envs.md).
 OBS = "obs"  # observation the agent acts on (after an auto-reset: the new episode's first)
 FINAL_OBS = "final_obs"  # true next observation of the step (before any auto-reset), for bootstrapping
 REWARD = "reward"
@@ -10,7 +10,7 @@ TERMINATED = "terminated"  # episode ended in an absorbing state: bootstrap valu
 TRUNCATED = "truncated"  # episode cut by a time limit: bootstrap from V(final_obs)
 IS_FIRST = "is_first"  # OBS starts a new episode
 ACTION_MASK = "action_mask"  # bool [..., n]; True = legal
-SEAT = "seat"  # int64 [B]: the seat to act next in a multi-seat game (DESIGN.md §10)
+SEAT = "seat"  # int64 [B]: the seat to act next in a multi-seat game (docs/guides/games.md)
 # bool [B, S], multi-seat games that can truncate: the seat was still in the game when it was cut (bootstrap from its
 # final_obs); a seat eliminated earlier (terminated) reads False. Absent: every seat follows the game's truncated.
 SEAT_TRUNCATED = "seat_truncated"

@@ -1,4 +1,4 @@
-"""Policy revisions: which weights produced which data, and which algorithm wrote a checkpoint (DESIGN.md §4)."""
+"""Policy revisions: which weights produced which data, and which algorithm wrote a checkpoint."""
 
 from __future__ import annotations
 

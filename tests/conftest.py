@@ -10,6 +10,8 @@ import sys
 import pytest
 import torch
 
+from tests.cli_subprocess import _startup_environ
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Two xdist workers on a 2-core machine, each with torch's default of one thread per core, oversubscribe the
     # cores: OpenMP's spin-waits then cost tens of ms per small op (a tiny DreamerV3 fit went from ~10 s to ~50 s).
@@ -38,6 +40,41 @@ def _restore_rng_and_threads():
     torch.set_rng_state(torch_state)
     random.setstate(py_state)
     torch.set_num_threads(threads)
+
+
+#: Start-up variables third-party code rewrites in its own process: OpenCV (``cv2``, imported by the ALE and video
+#: paths) prepends its libraries to ``LD_LIBRARY_PATH``, Lightning sets ``PYTORCH_NVML_BASED_CUDA_CHECK`` at import,
+#: torch's inductor ``TORCHINDUCTOR_CACHE_DIR`` at its first compile. Put back after each test, not reported.
+IMPORT_SIDE_EFFECTS = frozenset({"LD_LIBRARY_PATH", "PYTORCH_NVML_BASED_CUDA_CHECK", "TORCHINDUCTOR_CACHE_DIR"})
+_STARTUP_BEFORE = pytest.StashKey[dict[str, str]]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    item.stash[_STARTUP_BEFORE] = _startup_environ(dict(os.environ))  # before any fixture (``monkeypatch``) runs
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """After every fixture's teardown: code under test must not change the variables an interpreter reads at
+    start-up (``OMP_NUM_THREADS``, ...) in the test process. The user's process would keep them, and every later CLI
+    test would leave the fork server for a fresh interpreter (5 s each instead of 0.5 s). They are put back either
+    way, so only the test that changed them fails."""
+    result = yield
+    before = item.stash.get(_STARTUP_BEFORE, None)
+    if before is None:
+        return result
+    now = _startup_environ(dict(os.environ))
+    changed = {name for name in set(now) | set(before) if now.get(name) != before.get(name)}
+    for name in changed:
+        if name in before:
+            os.environ[name] = before[name]
+        else:
+            del os.environ[name]
+    leaked = sorted(changed - IMPORT_SIDE_EFFECTS)
+    assert not leaked, f"{item.nodeid} left start-up variables changed: {leaked}"
+    return result
 
 
 @pytest.fixture(autouse=True)

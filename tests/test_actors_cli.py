@@ -166,8 +166,9 @@ def test_sigterm_leaves_a_checkpoint_and_no_actor_alive_then_resume_finishes_the
         (["--data.init_args.max_policy_lag", "0"], "data.max_policy_lag=0: must be >= 1"),
         (["--data.init_args.num_actors", "8"], "data.num_actors=8 does not split data.num_envs=4"),
         (["--data.init_args.env", "tests.actor_envs.LockedCartPole"], "LockedCartPole cannot be pickled"),
+        (["--data.init_args.actor_env_splits", "3"], "data.actor_env_splits=3: must be 1 (off) or 2"),
     ],
-    ids=["lag", "actors-over-envs", "unpicklable-env"],
+    ids=["lag", "actors-over-envs", "unpicklable-env", "env-splits"],
 )
 def test_bad_actor_settings_are_refused_in_one_line_before_anything_starts(tmp_path, extra, expected):
     result = run_cli([*_args(tmp_path, 10 * ROLLOUT), *extra], tmp_path)

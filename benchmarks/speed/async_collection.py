@@ -6,7 +6,7 @@ by side in one run, interleaved seed by seed, with wall and CPU seconds for ever
     python benchmarks/speed/async_collection.py --sections halfcheetah --full --seeds 0,1,2   # time to 3,000, 1M return
     python benchmarks/speed/async_collection.py --sections breakout --full    # Breakout learning curves to 1M
 
-Sections (each its own function; sides in ``--actors``, 0 = serial):
+Sections (each its own function; sides in ``--actors``: 0 = serial, N actors, Ns = N actors with actor_env_splits 2):
   halfcheetah  PPO ``ppo_halfcheetah.yaml`` against SB3 (rl-zoo settings) and Sample Factory 2.1's MuJoCo example:
                env steps/s over ``--cheetah-steps``; ``--full``: training seconds to the first evaluation >= 3,000
                (5 deterministic episodes every 10,240 env steps, their time taken out) and ours' 1M-step return.
@@ -43,7 +43,8 @@ REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(__file__).resolve().parents[1] / "shared"
 SB3 = Path(__file__).resolve().parents[1] / "peers" / "sb3_ppo.py"
 SECTIONS = ("halfcheetah", "breakout", "hearts", "connect_four")
-DEFAULT_ACTORS = {"halfcheetah": [0, 1], "breakout": [0, 1, 2], "hearts": [0, 1], "connect_four": [0, 1, 2]}
+DEFAULT_ACTORS = {"halfcheetah": ["0", "1"], "breakout": ["0", "1", "1s", "2"], "hearts": ["0", "1"],
+                  "connect_four": ["0", "1", "2"]}  # fmt: skip
 CONFIGS = {"halfcheetah": "ppo_halfcheetah.yaml", "breakout": "ppo_atari.yaml", "hearts": "ppo_hearts.yaml",
            "connect_four": "alphazero_connect_four.yaml"}  # fmt: skip
 CHEETAH_EVAL_EVERY, CHEETAH_TARGET = 10_240, 3000.0
@@ -152,13 +153,15 @@ def scalars(run_dir: str | Path) -> dict[str, list[Any]]:
     return {tag: acc.Scalars(tag) for tag in acc.Tags()["scalars"]}
 
 
-def ours(section: str, actors: int, seed: int, out: Path, extra: list[str], evaluation: dict | None = None) -> Run:
-    """One fit of the section's config with ``num_actors=actors``; perf and eval series read from its events."""
-    side = "serial" if actors == 0 else f"async {actors}"
-    version = f"{section}_a{actors}_s{seed}"
+def ours(section: str, side_name: str, seed: int, out: Path, extra: list[str], evaluation: dict | None = None) -> Run:
+    """One fit of the section's config with ``num_actors=N`` (``side_name`` "N", or "Ns": N actors with
+    ``actor_env_splits: 2``); perf and eval series read from its events."""
+    actors, splits = int(side_name.rstrip("s")), 2 if side_name.endswith("s") else 1
+    side = "serial" if actors == 0 else f"async {actors}" + (" split" if splits == 2 else "")
+    version = f"{section}_a{side_name}_s{seed}"
     spec = json.dumps(evaluation or {})
     cmd = [sys.executable, __file__, "_fit", CONFIGS[section], str(seed), str(out), version, spec]
-    cmd += ["--data.init_args.num_actors", str(actors), *extra]
+    cmd += ["--data.init_args.num_actors", str(actors), "--data.init_args.actor_env_splits", str(splits), *extra]
     stdout, wall, cpu, load = measured(cmd, cwd=out)
     row = json.loads(next(line for line in stdout.splitlines() if line.startswith("BENCH "))[6:])
     series = scalars(row["run_dir"])
@@ -316,7 +319,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {', '.join(SECTIONS)}")
     parser.add_argument("--seeds", default="0", help="comma list; every side of a section runs per seed in turn")
-    parser.add_argument("--actors", default=None, help="num_actors sides for every section, e.g. 0,1 (0 = serial)")
+    parser.add_argument("--actors", default=None, help="sides, e.g. 0,1,1s (0 serial; 1s: 1 actor, env splits 2)")
     parser.add_argument("--quick", action="store_true", help="short budgets: check every section runs")
     parser.add_argument("--full", action="store_true", help="halfcheetah: time to 3,000 and 1M; breakout: 1M curve")
     parser.add_argument("--sb3-python", default="/work/peers/sb3/bin/python", help="'' leaves SB3 out")
@@ -333,7 +336,7 @@ def main() -> None:
     if args.quick:
         args.cheetah_steps, args.breakout_steps, args.hearts_steps = 4096, 4096, 16_384
         args.sf_steps, args.c4_seconds, args.full_steps = 40_000, 45, 20_480
-    sides = None if args.actors is None else [int(n) for n in args.actors.split(",")]
+    sides = None if args.actors is None else args.actors.split(",")
     args.actors_for = lambda section: sides if sides is not None else DEFAULT_ACTORS[section]
     for name in ("sb3_python", "sf_python"):
         if getattr(args, name) and not Path(getattr(args, name)).exists():

@@ -30,7 +30,7 @@ Policy = Callable[[TensorDict, torch.Generator], TensorDict]
 class RLModule(pl.LightningModule):
     """Base LightningModule of rl_lightning algorithms.
 
-    Holds the RL clock (DESIGN.md §4): ``updates`` (learner updates), ``policy_version`` (bumped on every
+    Holds the RL clock (docs/guides/metrics.md): ``updates`` (learner updates), ``policy_version`` (bumped on every
     weight change the actor sees) and, read from the datamodule, ``env_steps``. Checkpoints carry a
     ``PolicyRevision``; loading one written by another algorithm family fails with a clear message.
     Subclasses implement ``act`` (the acting policy the collector calls) and their update.
@@ -204,7 +204,7 @@ class RLModule(pl.LightningModule):
         self._require_eval_requests("test")
 
     def _require_eval_requests(self, stage: str) -> None:
-        """The module picks no evaluation (DESIGN.md section 11): a request nothing plays is refused, not skipped."""
+        """The module picks no evaluation (docs/architecture.md): a request nothing plays is refused, not skipped."""
         if not self.eval_requests_attached:
             raise ConfigError(
                 f"{stage}: nothing plays the evaluation request; add rl_lightning.callbacks.EvalRequests() to the "

@@ -18,7 +18,7 @@ from rl_lightning.lineage import constructor_args
 
 
 class FailFast(Callback):
-    """Stops the run after the first update whose loss, grad norm or parameters are non-finite (DESIGN.md §7).
+    """Stops the run after the first update whose loss, grad norm or parameters are non-finite.
 
     After each update (``on_train_batch_end``) it tests the module's last logged ``train/*`` values and all
     parameters for NaN/inf with one host sync. On failure it writes ``failfast_bundle_rank{r}.pt`` (update, env

@@ -36,41 +36,65 @@ class Collector(CollectorBase):
     def rollout(self, policy: Policy, num_steps: int, policy_version: int) -> TensorDict:
         """Run ``num_steps`` batched env steps with ``policy``; returns a ``[num_steps, num_envs]`` TensorDict."""
         start = time.perf_counter()
+        self.begin()
+        for _ in range(num_steps):
+            obs, acted = self.act(policy)
+            self.record(obs, acted, self.env.step(acted[keys.ACTION]))
+        batch = self.end(policy_version)
+        self.last_collect_seconds = time.perf_counter() - start
+        return batch
+
+    # A rollout in its phases, for a caller that steps the env elsewhere (``SplitCollector``): ``begin``, then per
+    # tick ``act``, ``env.step(acted["action"])`` and ``record``, then ``end``.
+    def begin(self) -> None:
+        """Start a rollout (the first one resets every env)."""
         if self._obs is None:
             self._obs = self.env.reset()
-        rows = []
-        done_flags, done_returns, done_lengths = [], [], []
-        for _ in range(num_steps):
-            stop.check()  # a stop request ends the rollout here; the checkpoint is the last update's
-            obs = self._obs
-            acted = policy(obs, self.generator)
-            out = self.env.step(acted[keys.ACTION])
-            self.count_games(out)
-            row = {**dict(obs.items()), **dict(acted.items())}  # nested TensorDicts (Dict obs) stay whole
-            for key in _STEP_KEYS:
-                row[key] = out[key]
-            rows.append(row)
-            done = out[keys.TERMINATED] | out[keys.TRUNCATED]
-            self._episode_return += out[keys.REWARD]
-            self._episode_length += 1
-            done_flags.append(done)
-            done_returns.append(self._episode_return.clone())
-            done_lengths.append(self._episode_length.clone())
-            self._episode_return.masked_fill_(done, 0.0)
-            self._episode_length.masked_fill_(done, 0.0)
-            next_obs = out.select(*obs.keys(include_nested=False), strict=False)
-            next_obs[keys.IS_FIRST] = out[keys.IS_FIRST]
-            if keys.NEXT_RECURRENT_STATE in acted:  # a recurrent policy's state rides in the live view
-                next_obs[keys.RECURRENT_STATE] = acted[keys.NEXT_RECURRENT_STATE]
-            self._obs = next_obs
-        self.finished.update(torch.stack(done_returns), torch.stack(done_lengths), torch.stack(done_flags))
-        batch = _stack_rows(rows, self.env.num_envs, self.env.device)
+        self._rows: list[dict[str, torch.Tensor | TensorDict]] = []
+        self._done_flags: list[torch.Tensor] = []
+        self._done_returns: list[torch.Tensor] = []
+        self._done_lengths: list[torch.Tensor] = []
+
+    def act(self, policy: Policy) -> tuple[TensorDict, TensorDict]:
+        """What the envs show now and what ``policy`` does about it."""
+        stop.check()  # a stop request ends the rollout here; the checkpoint is the last update's
+        obs = self._obs
+        assert obs is not None, "act() before begin()"
+        return obs, policy(obs, self.generator)
+
+    def record(self, obs: TensorDict, acted: TensorDict, out: TensorDict) -> None:
+        """Keep one tick's transition (``out``: the env step's output for ``acted``) and move the live view on."""
+        self.count_games(out)
+        row = {**dict(obs.items()), **dict(acted.items())}  # nested TensorDicts (Dict obs) stay whole
+        for key in _STEP_KEYS:
+            row[key] = out[key]
+        self._rows.append(row)
+        done = out[keys.TERMINATED] | out[keys.TRUNCATED]
+        self._episode_return += out[keys.REWARD]
+        self._episode_length += 1
+        self._done_flags.append(done)
+        self._done_returns.append(self._episode_return.clone())
+        self._done_lengths.append(self._episode_length.clone())
+        self._episode_return.masked_fill_(done, 0.0)
+        self._episode_length.masked_fill_(done, 0.0)
+        next_obs = out.select(*obs.keys(include_nested=False), strict=False)
+        next_obs[keys.IS_FIRST] = out[keys.IS_FIRST]
+        if keys.NEXT_RECURRENT_STATE in acted:  # a recurrent policy's state rides in the live view
+            next_obs[keys.RECURRENT_STATE] = acted[keys.NEXT_RECURRENT_STATE]
+        self._obs = next_obs
+
+    def end(self, policy_version: int) -> TensorDict:
+        """The rollout's ``[num_steps, num_envs]`` transitions, checked, tagged with ``policy_version``."""
+        self.finished.update(
+            torch.stack(self._done_returns), torch.stack(self._done_lengths), torch.stack(self._done_flags)
+        )
+        batch = _stack_rows(self._rows, self.env.num_envs, self.env.device)
+        self._rows, self._done_flags, self._done_returns, self._done_lengths = [], [], [], []
         self.env.watch(batch)
         self.env.check_outputs()  # NaN/inf from the env: one host sync per rollout, before anyone learns from it
         batch[keys.POLICY_VERSION] = torch.full(
             batch.batch_size, policy_version, dtype=torch.int64, device=self.env.device
         )
-        self.last_collect_seconds = time.perf_counter() - start
         return batch
 
 

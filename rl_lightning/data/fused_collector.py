@@ -23,7 +23,7 @@ from rl_lightning.envs.base import BatchedEnv
 
 
 class FusedCollector(CollectorBase):
-    """Collects ``num_steps × num_envs`` transitions per call with one fused step per tick (DESIGN.md §9).
+    """Collects ``num_steps × num_envs`` transitions per call with one fused step per tick (docs/guides/speed.md).
 
     The rollout has ``Collector``'s layout (``obs``, ``is_first``, ``action_mask`` where the env has one, the
     policy's ``action``/``logprob``/``value``, ``reward``, ``terminated``, ``truncated``, ``final_obs``,

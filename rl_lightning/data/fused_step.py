@@ -1,4 +1,4 @@
-"""The fused rollout step of DESIGN.md §9: act, sample, step the env with auto-reset, write the row, sum episodes.
+"""The fused rollout step (docs/guides/speed.md): act, sample, step the env with autoreset, write the row, sum episodes.
 
 One function per tick over fixed-shape tensors, run eagerly or under ``torch.compile(fullgraph=True)``. A
 ``torch.Generator`` cannot enter a compiled graph, so the tick's randomness comes in as tensors drawn before the

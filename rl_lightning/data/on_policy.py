@@ -73,7 +73,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         league: multi-seat games: ``{size: K, snapshot_every_n_updates: N, share: p}``, a pool of the last ``K``
             snapshots of the learning policy (one every ``N`` updates); ``league`` seats, and in a share ``p`` of
             games every ``self`` seat but one, play a snapshot drawn per game.
-        num_actors: collect beside the learner in this many actor processes per rank (DESIGN.md §12), each
+        num_actors: collect beside the learner in this many actor processes per rank (docs/guides/speed.md), each
             stepping ``num_envs / num_actors`` envs with its own copy of the acting policy, refreshed from the
             learner's weights (shared memory) before each rollout; an update still sees one ``[num_steps,
             num_envs]`` rollout, one slice per actor. ``0`` collects in the learner, in turn with the updates: the
@@ -87,6 +87,10 @@ class OnPolicyDataModule(pl.LightningDataModule):
             weights and a fresh seed.
         actor_heartbeat_s: with actors: an actor with no env tick for this long is taken as hung and replaced (Ray
             actors: no rollout for this long).
+        actor_env_splits: with actors: ``2`` steps each actor's envs in two groups, one group's env step running
+            while the policy acts for the other (Sample Factory's double-buffered sampling). Pays with backends
+            that step outside Python (EnvPool, ale-py's vector env) and a policy that costs as much as a step;
+            same data as two actors of half the envs each. Single-seat collection only (not self-play).
         actor_backend: with actors: ``processes`` (on this machine: shared-memory weights and rollout slots) or
             ``ray`` (Ray actors of one CPU each, on this machine or across a Ray cluster: weights ``ray.put`` once
             per version, rollouts through the object store; a dead actor or node is replaced by a fresh actor
@@ -114,6 +118,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         max_policy_lag: int = 1,
         actor_max_failures: int = 3,
         actor_heartbeat_s: float = 60.0,
+        actor_env_splits: int = 1,
         actor_backend: str = "processes",
         ray_address: str | None = None,
     ) -> None:
@@ -132,7 +137,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self.compile = compile
         self.eval_episodes = eval_episodes
         self.eval_seed = eval_seed
-        self.selfplay = make_selfplay(env, seats, league)  # multi-seat games only (DESIGN.md §10)
+        self.selfplay = make_selfplay(env, seats, league)  # multi-seat games only (docs/guides/games.md)
         self.selfplay_settings = (seats, league)  # what actor processes rebuild their seats and league from
         self.num_actors = num_actors
         self.max_policy_lag = max_policy_lag
@@ -140,6 +145,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self.actor_heartbeat_s = actor_heartbeat_s
         self.actor_backend = actor_backend
         self.ray_address = ray_address
+        self.actor_env_splits = actor_env_splits
         self.actors: ActorPool | RayActorPool | None = None
         self._actor_generation = 0  # seed generations used before (a resumed async run starts past them)
         self._env_seed: int | None = None  # the rank's first env seed, known at setup

@@ -62,6 +62,8 @@ class ReplayDataModule(OnPolicyDataModule):
         max_policy_lag: with actors: rollouts each actor may collect ahead (SPO's replay is off-policy already).
         actor_max_failures: with actors: failures of one actor in a row that stop the run with a checkpoint.
         actor_heartbeat_s: with actors: an actor with no env tick for this long is replaced.
+        actor_env_splits: with actors: ``2`` steps each actor's envs in two groups, each group's env step beside the
+            other group's search (``OnPolicyDataModule``'s setting).
         actor_backend: with actors: ``processes`` (this machine) or ``ray`` (Ray actors, on this machine or a Ray
             cluster; ``OnPolicyDataModule``'s setting, the extra ``pip install -e ".[ray]"``).
         ray_address: with ``actor_backend: ray``: ``null`` (a local Ray instance for the run), ``auto`` or
@@ -89,6 +91,7 @@ class ReplayDataModule(OnPolicyDataModule):
         max_policy_lag: int = 1,
         actor_max_failures: int = 3,
         actor_heartbeat_s: float = 60.0,
+        actor_env_splits: int = 1,
         actor_backend: str = "processes",
         ray_address: str | None = None,
     ) -> None:
@@ -102,7 +105,8 @@ class ReplayDataModule(OnPolicyDataModule):
         super().__init__(
             env, num_envs, rollout_length, total_env_steps, seed, device, check_env, eval_episodes, eval_seed,
             num_actors=num_actors, max_policy_lag=max_policy_lag, actor_max_failures=actor_max_failures,
-            actor_heartbeat_s=actor_heartbeat_s, actor_backend=actor_backend, ray_address=ray_address,
+            actor_heartbeat_s=actor_heartbeat_s, actor_env_splits=actor_env_splits, actor_backend=actor_backend,
+            ray_address=ray_address,
         )  # fmt: skip
         self.rollout_length = rollout_length
         self.buffer_size = buffer_size

@@ -1,4 +1,4 @@
-"""``SelfPlayCollector``: collects a multi-seat turn-based game with one shared learning policy (DESIGN.md §10).
+"""``SelfPlayCollector``: collects a multi-seat turn-based game with one shared learning policy (docs/guides/games.md).
 
 Every tick the learning policy acts for all rows at once (one batched forward); each row's action is then
 replaced by the action of the player its acting seat belongs to in that game (a bot, a checkpoint, a league

@@ -1,4 +1,4 @@
-"""The env contract of DESIGN.md §3: a functional, batched, TensorDict-in/out core plus a stateful wrapper.
+"""The env contract of docs/reference/envs.md: a functional, batched, TensorDict-in/out core plus a stateful wrapper.
 
 A ``TorchEnv`` holds only hyper-parameters. All per-episode data lives in a ``state`` TensorDict with
 ``batch_size=[n]`` so that a snapshot is ``state.clone()`` and search can expand it to any batch.
@@ -65,7 +65,7 @@ class EnvSpec:
             ``ObsLeaf``, in a fixed order; empty for a single-array observation.
         action_nvec: classes per dimension of a ``MultiDiscrete`` action (flattened; int64 ``[B, *action_shape]``).
         action_binary: the action is ``MultiBinary`` (int64 0/1 ``[B, *action_shape]``).
-        num_seats: seats per game (DESIGN.md §10); 1 for single-agent envs. A multi-seat env's ``reward`` is
+        num_seats: seats per game (docs/guides/games.md); 1 for single-agent envs. A multi-seat env's ``reward`` is
             ``[B, num_seats]`` and its outputs carry ``seat`` (the seat to act next, int64 ``[B]``).
         perfect_information: every seat sees the whole state (False for Hearts, poker: search would read
             hidden cards, so SPO refuses such envs).

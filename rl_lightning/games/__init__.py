@@ -1,4 +1,4 @@
-"""Judging a game agent as players do (DESIGN.md §10): matches against a panel with seats rotated and duplicate
+"""Judging a game agent as players do (docs/guides/games.md): matches against a panel with seats rotated and duplicate
 deals (``match``), intervals and tests (``stats``, ``summary``), and a rating table (``rating``)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A player that searches: ``NetworkMCTS``, AlphaZero-style PUCT tree search over the engine's game state
 (``algos/alphazero/puct.py``: the search, its proofs and its batched leaf evaluation) with a network's policy as the
-prior and its value head as the leaf evaluation (DESIGN.md §10), as a bot.
+prior and its value head as the leaf evaluation (docs/guides/games.md), as a bot.
 
 ``NetworkMCTS`` is a bot (``bot(obs, action_mask, seat, generator) -> action``) that declares
 ``needs_engine_state = True``: the match driver, ``GameEvaluation`` and the self-play collector give it its rows'

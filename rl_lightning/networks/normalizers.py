@@ -1,5 +1,5 @@
 """Observation and reward normalisers as ``nn.Module``s: their statistics are buffers, so they travel in
-``state_dict`` and checkpoints with the weights (DESIGN.md §3).
+``state_dict`` and checkpoints with the weights (docs/reference/envs.md).
 
 Semantics follow Stable-Baselines3's ``VecNormalize`` (envs.md §4): observations become
 ``clip((obs - mean) / sqrt(var + eps), ±clip)``; rewards are divided by ``sqrt(var + eps)`` of the running

@@ -1,4 +1,4 @@
-"""Per-seat credit assignment for self-play rollouts of turn-based games (DESIGN.md §10), and GAE over it.
+"""Per-seat credit assignment for self-play rollouts of turn-based games (docs/guides/games.md), and GAE over it.
 
 A ``[T, B]`` self-play rollout interleaves the decisions of several seats in each game (row ``b``). Each seat's
 own decisions form its trajectory: a decision of seat ``s`` at tick ``t`` is credited with everything seat ``s``

@@ -1,4 +1,4 @@
-"""SPO in multi-seat games (DESIGN.md §10): where its search is sound, how it scores, and its per-seat critic.
+"""SPO in multi-seat games (docs/guides/games.md): where its search is sound, how it scores, and its per-seat critic.
 
 Search is sound only where the searched state is what the searching seat may know: perfect-information games
 with snapshots. Imperfect-information games (Hearts, poker) are refused (searching the true state would read

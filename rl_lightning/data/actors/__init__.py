@@ -1,4 +1,4 @@
-"""Actor processes that collect beside the learner (DESIGN.md section 12): shared weights, shared rollout slots."""
+"""Actor processes that collect beside the learner (docs/guides/speed.md): shared weights, shared rollout slots."""
 
 from rl_lightning.data.actors.policy_factory import PolicyFactory
 from rl_lightning.data.actors.pool import ActorPool, ActorRollout, PoolSettings

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
+from rl_lightning.data.actors.split import SplitCollector
 from rl_lightning.envs.base import BatchedEnv
 
 #: The stats entry holding how many episodes an actor's rollout finished (the weight of its means).
@@ -29,9 +31,13 @@ class ActorCore:
 
     def __init__(self, spec: Any, beat: Callable[[], None] | None = None) -> None:
         self.spec = spec
-        self.env = BatchedEnv(spec.env, spec.num_envs, "cpu", spec.env_seed, spec.check_env, spec.check_finite)
         self.module = spec.policy.build()
-        self.collector = spec.recipe.build(self.env, spec.sampling_seed, self.module)
+        self.splits = getattr(spec, "env_splits", 1)
+        if self.splits == 1:
+            self.env = BatchedEnv(spec.env, spec.num_envs, "cpu", spec.env_seed, spec.check_env, spec.check_finite)
+            self.collector = spec.recipe.build(self.env, spec.sampling_seed, self.module)
+        else:
+            self.collector = self._split_collector()
         self.weights = self.module.state_dict()  # aliases the parameters and buffers: copying into it loads them
         self.version = -1
         self._beat = beat
@@ -42,10 +48,35 @@ class ActorCore:
         self.version = self.module.updates = self.module.policy_version = version  # the clock a league reads
         self.spec.recipe.before_rollout(self.module)
 
+    def _split_collector(self) -> SplitCollector:
+        """Two env groups with the seeds two actors of ``num_envs / 2`` envs would have (``SplitCollector``), each
+        with its own acting policy bound to its envs."""
+        spec, half = self.spec, self.spec.num_envs // 2
+        groups = []
+        for k in range(2):
+            core = spec.env if k == 0 else copy.deepcopy(spec.env)  # a backend holds its live pool in the core
+            env = BatchedEnv(core, half, "cpu", spec.env_seed + k * half, spec.check_env, spec.check_finite)
+            groups.append(spec.recipe.build(env, spec.sampling_seed + k * half, self.module))
+        self._group_policies = [self._beating(group.env) for group in groups]
+        return SplitCollector(groups)
+
+    def _beating(self, env: BatchedEnv) -> Callable[[TensorDict, torch.Generator], TensorDict]:
+        policy = self.module.acting_policy(env, deterministic=False, training=True)
+
+        def acting(obs: TensorDict, generator: torch.Generator) -> TensorDict:
+            if self._beat is not None:
+                self._beat()
+            return policy(obs, generator)
+
+        return acting
+
     def collect(self) -> tuple[TensorDict, dict[str, float], float]:
         """One rollout with the current weights: ``(batch, episode stats with their weight, collect seconds)``."""
-        self._policy = self.spec.recipe.policy(self.module, self.env)
-        batch = self.collector.rollout(self._acting, self.spec.num_steps, self.version)
+        if self.splits > 1:
+            batch = self.collector.rollout(self._group_policies, self.spec.num_steps, self.version)
+        else:
+            self._policy = self.spec.recipe.policy(self.module, self.env)
+            batch = self.collector.rollout(self._acting, self.spec.num_steps, self.version)
         episodes = float(self.collector.finished.count())  # the weight of this rollout's means; read before reset
         stats = {name: float(value) for name, value in self.collector.episode_stats().items()}
         stats[EPISODES] = episodes

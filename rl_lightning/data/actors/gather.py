@@ -37,6 +37,7 @@ class PoolSettings:
         env_seed: the rank's first env seed (actor ``i`` gets ``env_seed + i·num_envs/num_actors``); the sampling
             seed is ``env_seed + 10_007`` likewise, as the serial collector's.
         seed_generation: generations already used by earlier runs of this fit (a resume starts past them).
+        env_splits: 1, or 2 to step each actor's envs in two groups overlapping the policy (``split.py``).
     """
 
     num_actors: int
@@ -49,6 +50,7 @@ class PoolSettings:
     check_env: bool = False
     check_finite: bool = True
     seed_generation: int = 0
+    env_splits: int = 1
 
 
 @dataclass
@@ -77,7 +79,7 @@ def actor_spec(
     env_seed = s.env_seed + index * n + generation * GENERATION_STRIDE
     return ActorSpec(
         index, generation, env, n, s.num_steps, env_seed, env_seed + 10_007, s.check_env, s.check_finite, policy,
-        parent_pid, s.max_policy_lag, recipe,
+        parent_pid, s.max_policy_lag, recipe, s.env_splits,
     )  # fmt: skip
 
 

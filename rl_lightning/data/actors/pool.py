@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from tensordict import TensorDict
 
 from rl_lightning import stop
-from rl_lightning.child_processes import kill_pid, pid_alive
+from rl_lightning.child_processes import child_environ, kill_pid, pid_alive
 from rl_lightning.data.actors.gather import (
     GENERATION_STRIDE,
     ActorRollout,
@@ -114,7 +114,8 @@ class ActorPool:
         self._started[index] = time.monotonic()
         channels = ActorChannels(self.weights, actor_end, self.heartbeat, self.stop_flag)
         process = self.context.Process(target=actor_main, args=(spec, channels), daemon=True, name=f"actor-{index}")
-        process.start()
+        with child_environ(OMP_NUM_THREADS="1"):  # read by the actor's torch at import, before its first op
+            process.start()
         actor_end.close()  # the child holds its own copy: EOF here once it dies
         if index < len(self._pids):
             self._pids[index] = process.pid

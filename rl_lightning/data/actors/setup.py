@@ -4,7 +4,6 @@ this machine, or Ray actors: ``data.actor_backend``)."""
 from __future__ import annotations
 
 import io
-import os
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
@@ -27,6 +26,12 @@ def check_actor_config(datamodule: Any, module: Any) -> None:
             "in the learner with data.num_actors: 0"
         )
     check_backend(datamodule)
+    splits = getattr(datamodule, "actor_env_splits", 1)
+    if n == 0 and splits != 1:
+        raise ConfigError(
+            f"data.actor_env_splits={splits!r} splits the envs of actor processes; set data.num_actors >= 1 or "
+            "data.actor_env_splits: 1"
+        )
     if n == 0:
         return
     on_ray = datamodule.actor_backend == "ray"
@@ -37,6 +42,7 @@ def check_actor_config(datamodule: Any, module: Any) -> None:
             f"data.num_actors={n} does not split data.num_envs={datamodule.num_envs} evenly (each actor steps "
             f"num_envs / num_actors envs); use a divisor of {datamodule.num_envs} no larger than it"
         )
+    _check_env_splits(datamodule)
     refusal = _unsupported(datamodule, module)
     if refusal:
         raise ConfigError(f"data.num_actors={n}: {refusal}; set data.num_actors: 0")
@@ -46,6 +52,26 @@ def check_actor_config(datamodule: Any, module: Any) -> None:
     _check_crosses_processes(module.policy_factory(), f"{type(module).__name__}'s acting policy", n, on_ray)
     if on_ray:
         check_ray_cluster(datamodule)  # last: it may connect to a cluster to count its CPUs
+
+
+def _check_env_splits(datamodule: Any) -> None:
+    """``actor_env_splits``: 1, or 2 with an even number of envs per actor and a plain single-seat collector."""
+    splits = getattr(datamodule, "actor_env_splits", 1)
+    if splits == 1:
+        return
+    if splits != 2:
+        raise ConfigError(f"data.actor_env_splits={splits!r}: must be 1 (off) or 2 (two env groups per actor)")
+    per_actor = datamodule.num_envs // datamodule.num_actors
+    if per_actor % 2:
+        raise ConfigError(
+            f"data.actor_env_splits=2 halves each actor's {per_actor} envs (num_envs / num_actors), which is odd; "
+            "use an even number of envs per actor or data.actor_env_splits: 1"
+        )
+    if datamodule.selfplay is not None or getattr(datamodule, "actor_recipe", None) is not None:
+        raise ConfigError(
+            "data.actor_env_splits=2 steps single-seat envs with a plain collector; self-play and DreamerV3's "
+            "sequence collector step all their envs together: set data.actor_env_splits: 1"
+        )
 
 
 def _unsupported(datamodule: Any, module: Any) -> str:
@@ -90,6 +116,7 @@ def start_pool(datamodule: Any, module: Any, env_seed: int, seed_generation: int
         check_env=datamodule.check_env,
         check_finite=datamodule.check_finite,
         seed_generation=seed_generation,
+        env_splits=getattr(datamodule, "actor_env_splits", 1),
     )
     factory: PolicyFactory = module.policy_factory()
     if datamodule.actor_backend == "ray":
@@ -97,7 +124,6 @@ def start_pool(datamodule: Any, module: Any, env_seed: int, seed_generation: int
 
         recipe = _recipe(datamodule)
         return RayActorPool(settings, datamodule.env, factory, module.state_dict(), recipe, datamodule.ray_address)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")  # read by each actor's torch at import, before its first op
     return ActorPool(settings, datamodule.env, factory, module.state_dict(), _recipe(datamodule))
 
 

@@ -52,6 +52,8 @@ class ActorSpec:
         policy: builds the acting module.
         parent_pid: the learner's pid (the actor exits when it is gone).
         num_slots: shared rollout slots of this actor (the lag bound).
+        recipe: what the actor builds its collector from (``recipes.py``).
+        env_splits: 2 steps the envs in two groups, one while the policy acts for the other (``split.py``).
     """
 
     index: int
@@ -67,6 +69,7 @@ class ActorSpec:
     parent_pid: int
     num_slots: int
     recipe: Any
+    env_splits: int = 1
 
 
 @dataclass

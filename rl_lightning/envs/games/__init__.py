@@ -1,4 +1,4 @@
-"""Multi-seat turn-based games (DESIGN.md §10): OpenSpiel and PettingZoo engines, and bundled bots (``bots``)."""
+"""Multi-seat turn-based games (docs/guides/games.md): OpenSpiel and PettingZoo engines, and bundled bots (``bots``)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ caller obtains (``reset_state``, ``snapshot``, ``step_state(inplace=False)``) is
 ``live_count`` makes leaks observable and ``close`` frees everything.
 
 One tick steps each row in a Python loop that writes into preallocated numpy arrays (``TickBuffers``); the arrays
-become torch tensors once per tick. The outputs are the multi-seat contract of DESIGN.md §10: ``obs``,
+become torch tensors once per tick. The outputs are the multi-seat contract of docs/guides/games.md: ``obs``,
 ``action_mask`` and ``seat`` of the seat to act next, ``is_first``, ``reward`` ``[B, S]``, ``terminated`` and
 ``truncated`` per game, ``game_score`` ``[B, S]`` (each seat's result of a game that ended on this tick, as its
 players count it; zero on other rows) and, where the env can truncate, ``final_obs`` ``[B, S, *obs]`` (every

@@ -1,4 +1,4 @@
-"""OpenSpiel games through ``pyspiel``, as a batched multi-seat env (DESIGN.md §10).
+"""OpenSpiel games through ``pyspiel``, as a batched multi-seat env (docs/guides/games.md).
 
 Each row holds a ``pyspiel.State`` and its own ``random.Random`` (seeded from the run's torch generator when the
 row is made; a draw costs 30 ns against about 1 us for a numpy Generator, and a Hearts deal draws 53 times).

@@ -1,4 +1,4 @@
-"""PettingZoo AEC (and Parallel) envs as a batched multi-seat env (DESIGN.md §10).
+"""PettingZoo AEC (and Parallel) envs as a batched multi-seat env (docs/guides/games.md).
 
 Seats are the env's ``possible_agents`` in order. Each row holds one AEC env. Per tick the acting agent
 (``agent_selection``) steps with the row's action; every agent's entry of ``env.rewards`` after that step is

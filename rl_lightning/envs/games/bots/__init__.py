@@ -1,6 +1,6 @@
 """Bundled bots for multi-seat games: callables that choose an action for a batch of acting seats.
 
-The bot protocol (DESIGN.md §10, STYLE.md §13): ``bot(obs, action_mask, seat, generator) -> action``, where ``obs``
+The bot protocol (docs/guides/games.md): ``bot(obs, action_mask, seat, generator) -> action``, where ``obs``
 is the env's ``obs`` for the rows the bot plays (a tensor ``[B, *obs]``, or a TensorDict for ``Dict``
 observations), ``action_mask`` bool ``[B, A]`` those seats' legal actions, ``seat`` int64 ``[B]`` which seat
 acts in each row, and ``generator`` the ``torch.Generator`` every random choice draws from (seeded runs repeat).
