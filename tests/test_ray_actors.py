@@ -25,7 +25,8 @@ from tests.test_actors_cli import _descendants
 
 ray = pytest.importorskip("ray")
 
-from rl_lightning.data.actors.ray_pool import RayActorPool  # noqa: E402 - needs Ray
+from rl_lightning.data.actors.ray_checks import init_ray  # noqa: E402 - needs Ray
+from rl_lightning.data.actors.ray_pool import RayActorPool  # noqa: E402
 
 SETTINGS = PoolSettings(1, 4, 16, 1, 3, 60.0, 100)
 
@@ -42,7 +43,7 @@ def local_ray(_ray_for_the_module):
     """A local Ray instance of two CPUs, shared by the tests of this file that use it (a pool given none starts its
     own and shuts it down)."""
     if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="warning")
+        init_ray(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="warning")
 
 
 def _rollouts(pool, module, versions: int, per_version: int = 1) -> list:

@@ -18,6 +18,8 @@ from tests.test_actors_cli import ROLLOUT, _args, _descendants, _gone, _last_che
 
 ray = pytest.importorskip("ray")
 
+from rl_lightning.data.actors.ray_checks import init_ray  # noqa: E402 - needs Ray
+
 ON_RAY = ["--data.init_args.actor_backend", "ray"]
 
 
@@ -59,7 +61,7 @@ class _WhereAtEnd(Callback):
 @pytest.mark.slow
 def test_a_node_removed_mid_fit_leaves_the_run_going_on_the_other(two_nodes, tmp_path):
     cluster, second = two_nodes
-    ray.init(address=cluster.address, log_to_driver=False, logging_level="warning")
+    init_ray(address=cluster.address, log_to_driver=False, logging_level="warning")
     module, datamodule = tiny_ppo(total_env_steps=10 * 64, update_epochs=1)
     datamodule.num_actors, datamodule.actor_backend = 1, "ray"
     remove, end = _RemoveNodeAfter(cluster, second, 3), _WhereAtEnd()

@@ -39,6 +39,7 @@ from _sleepy_cartpole import SleepyCartPole  # noqa: E402
 
 from rl_lightning.algos import PPO  # noqa: E402
 from rl_lightning.data.actors import ActorPool, PoolSettings  # noqa: E402
+from rl_lightning.data.actors.ray_checks import init_ray  # noqa: E402
 from rl_lightning.data.actors.ray_pool import RayActorPool  # noqa: E402
 
 
@@ -89,7 +90,7 @@ def _row(label: str, figures: dict[str, float], base: float | None = None) -> No
 
 def local(args: argparse.Namespace) -> None:
     print(f"local Ray instance ({args.local_cpus} logical CPUs), {args.step_ms:g} ms per env per step:")
-    ray.init(address="local", num_cpus=args.local_cpus, include_dashboard=False, log_to_driver=False)
+    init_ray(address="local", num_cpus=args.local_cpus, include_dashboard=False, log_to_driver=False)
     try:
         base = None
         for n in (1, 2, 4):
@@ -112,7 +113,7 @@ def cluster(args: argparse.Namespace) -> None:
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     try:
         nodes.add_node(num_cpus=1)
-        ray.init(address=nodes.address, log_to_driver=False)
+        init_ray(address=nodes.address, log_to_driver=False)
         base = None
         for n in (1, 2):
             figures = measure("ray", n, args, args.step_ms)
@@ -125,7 +126,7 @@ def cluster(args: argparse.Namespace) -> None:
 
 def overhead(args: argparse.Namespace) -> None:
     print("overhead per rollout, plain CartPole (no sleep), 1 actor:")
-    ray.init(address="local", num_cpus=args.local_cpus, include_dashboard=False, log_to_driver=False)
+    init_ray(address="local", num_cpus=args.local_cpus, include_dashboard=False, log_to_driver=False)
     try:
         on_ray = measure("ray", 1, args, 0.0)
     finally:

@@ -60,12 +60,12 @@ def connect(address: str | None) -> bool:
     if ray.is_initialized():
         return False
     if address is None:  # "local": a fresh instance even when RAY_ADDRESS names a cluster
-        _init(address="local", num_cpus=local_cpus(), include_dashboard=False, **_QUIET)
+        init_ray(address="local", num_cpus=local_cpus(), include_dashboard=False, **_QUIET)
         return True
     _check_address_form(address)
     _probe(address)
     try:
-        _init(address=address, **_QUIET)
+        init_ray(address=address, **_QUIET)
     except ConnectionError as err:
         raise ConfigError(
             f"data.ray_address={address!r}: no Ray cluster found ({str(err).splitlines()[0]}); start one with "
@@ -74,17 +74,23 @@ def connect(address: str | None) -> bool:
     return True
 
 
-def _init(**kwargs: Any) -> None:
-    """``ray.init``, keeping this process's SIGTERM/SIGINT handlers: Ray's core worker installs its own crash handler
-    for SIGTERM, which prints a stack and kills the learner before ``FaultCheckpoint`` could save the last update."""
+def init_ray(**kwargs: Any) -> None:
+    """``ray.init``, keeping what it would change in the learner's process: its SIGTERM/SIGINT handlers (Ray's core
+    worker installs a crash handler for SIGTERM, which prints a stack and kills the learner before ``FaultCheckpoint``
+    could save the last update) and ``PYTHONBREAKPOINT`` (Ray points the driver's ``breakpoint()`` at its own hook)."""
     import ray
 
     main = threading.current_thread() is threading.main_thread()
     kept = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)} if main else {}
+    breakpoint_hook = os.environ.get("PYTHONBREAKPOINT")
     ray.init(**kwargs)
     for signum, handler in kept.items():
         if handler is not None:
             signal.signal(signum, handler)
+    if breakpoint_hook is None:
+        os.environ.pop("PYTHONBREAKPOINT", None)
+    else:
+        os.environ["PYTHONBREAKPOINT"] = breakpoint_hook
 
 
 def local_cpus() -> int:
