@@ -22,7 +22,8 @@ _QUIET = {"log_to_driver": False, "logging_level": "warning"}  # the actors' err
 def check_backend(datamodule: Any) -> None:
     """Refuse an unknown ``data.actor_backend``, or a ``data.ray_address`` that nothing would read or cannot name a
     cluster (no Ray needed)."""
-    backend, address = datamodule.actor_backend, datamodule.ray_address
+    backend = getattr(datamodule, "actor_backend", "processes")  # a datamodule of its own may not have these
+    address = getattr(datamodule, "ray_address", None)
     if backend not in BACKENDS:
         raise ConfigError(f"data.actor_backend={backend!r} is invalid: choose one of {list(BACKENDS)}")
     if backend != "ray" and address is not None:

@@ -34,7 +34,7 @@ def check_actor_config(datamodule: Any, module: Any) -> None:
         )
     if n == 0:
         return
-    on_ray = datamodule.actor_backend == "ray"
+    on_ray = getattr(datamodule, "actor_backend", "processes") == "ray"
     _check_positive("data.actor_max_failures", datamodule.actor_max_failures, "e.g. 3")
     _check_positive("data.actor_heartbeat_s", datamodule.actor_heartbeat_s, "e.g. 60")
     if n > datamodule.num_envs or datamodule.num_envs % n:
@@ -119,7 +119,7 @@ def start_pool(datamodule: Any, module: Any, env_seed: int, seed_generation: int
         env_splits=getattr(datamodule, "actor_env_splits", 1),
     )
     factory: PolicyFactory = module.policy_factory()
-    if datamodule.actor_backend == "ray":
+    if getattr(datamodule, "actor_backend", "processes") == "ray":
         from rl_lightning.data.actors.ray_pool import RayActorPool  # imports Ray: only with this backend
 
         recipe = _recipe(datamodule)
