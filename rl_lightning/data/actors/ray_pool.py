@@ -111,18 +111,20 @@ class RayActorPool:
     def _start(self, index: int, generation: int) -> _Actor:
         """A fresh Ray actor ``index`` of ``generation``, on the node with the most room (other nodes first)."""
         spec = actor_spec(self.settings, self.env, self.policy, self.recipe(), index, generation, os.getpid())
-        node = self._roomiest_node()
+        node = self._roomiest_node(index)
         strategy = "DEFAULT" if node is None else NodeAffinitySchedulingStrategy(node, soft=True)
         handle = self._remote.options(scheduling_strategy=strategy).remote(spec)
         self._handles.append(handle)
         return _Actor(spec, handle, node)
 
-    def _roomiest_node(self) -> str | None:
-        """The live node with a CPU left for one more of this pool's actors, nodes other than the learner's first."""
+    def _roomiest_node(self, index: int) -> str | None:
+        """The live node with a CPU left for actor ``index`` beside this pool's other actors, nodes other than the
+        learner's first (``None``: no room anywhere now; Ray places it once a CPU frees up)."""
         own = ray.get_runtime_context().get_node_id()
         placed: dict[str | None, int] = {}
-        for actor in self.actors:
-            placed[actor.node] = placed.get(actor.node, 0) + 1
+        for other, actor in enumerate(self.actors):
+            if other != index:  # the actor being replaced leaves its CPU
+                placed[actor.node] = placed.get(actor.node, 0) + 1
         room = [
             (node["NodeID"] == own, placed.get(node["NodeID"], 0), node["NodeID"])
             for node in ray.nodes()
