@@ -133,7 +133,7 @@ def test_a_ray_actor_killed_mid_fit_is_replaced_and_the_fit_completes_its_budget
     module, datamodule = tiny_ppo(total_env_steps=10 * 64, update_epochs=1)
     datamodule.num_actors, datamodule.actor_backend = 1, "ray"
     kill, end = _KillActorsAfter(3), _PidsAtEnd()
-    with _deadline(120):  # an actor never replaced would leave the learner waiting forever
+    with _deadline(300):  # an actor never replaced would leave the learner waiting forever (a loaded box: minutes)
         trainer(tmp_path, callbacks=[kill, end]).fit(module, datamodule)
     assert datamodule.local_env_steps == 10 * 64
     assert datamodule.state_dict()["actor_generation"] == 2  # the replacement drew the next seeds
