@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # validate in this process with this checkout's package, as the fits do (PYTHONPATH)
 THRESHOLDS = {"ppo_mountaincar": -110.0, "ppo_mountaincar_continuous": 90.0}
 MAX_FIT_SECONDS = 20 * 60
 

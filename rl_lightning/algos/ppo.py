@@ -33,8 +33,9 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
     """Proximal Policy Optimisation with actor and critic MLPs behind per-key observation encoders.
 
     Discrete envs get a masked categorical policy; continuous envs a Gaussian with a state-independent
-    log-std (actions are sampled unclipped; the env clips them to its bounds); ``MultiDiscrete`` actions
-    independent categoricals and ``MultiBinary`` actions independent Bernoullis. Observations of any dtype,
+    log-std, or with ``sde`` gSDE's state-dependent noise (actions are sampled unclipped; the env clips them to its
+    bounds); ``MultiDiscrete`` actions independent categoricals and ``MultiBinary`` actions independent Bernoullis.
+    Observations of any dtype,
     ``Discrete`` and ``Dict`` observations go through an ``ObsEncoder`` (one encoder per key: a CNN per image key
     when ``encoder`` names one) before both MLPs.
     Each ``training_step`` pulls one rollout from the datamodule itself (so the collecting policy is the one
