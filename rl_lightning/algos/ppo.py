@@ -35,9 +35,8 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
     Discrete envs get a masked categorical policy; continuous envs a Gaussian with a state-independent
     log-std, or with ``sde`` gSDE's state-dependent noise (actions are sampled unclipped; the env clips them to its
     bounds); ``MultiDiscrete`` actions independent categoricals and ``MultiBinary`` actions independent Bernoullis.
-    Observations of any dtype,
-    ``Discrete`` and ``Dict`` observations go through an ``ObsEncoder`` (one encoder per key: a CNN per image key
-    when ``encoder`` names one) before both MLPs.
+    Observations of any dtype, ``Discrete`` and ``Dict`` observations go through an ``ObsEncoder`` (one encoder per
+    key: a CNN per image key when ``encoder`` names one) before both MLPs.
     Each ``training_step`` pulls one rollout from the datamodule itself (so the collecting policy is the one
     being updated: lag 0), then runs ``update_epochs × num_minibatches`` optimiser steps on it, and logs once.
     Acting and evaluating stored actions live in ``algos/ppo_policy.py`` (``PPOPolicy``), a rollout's targets and the
