@@ -129,3 +129,11 @@ def test_sde_refuses_actor_processes():
     datamodule.num_actors = 1
     with pytest.raises(ConfigError, match="data.num_actors=1"):
         module.check_config(datamodule)
+
+
+def test_export_refuses_an_sde_policy():
+    from rl_lightning.export.policy_graph import PPOGraph
+
+    module, _ = _sde_ppo()
+    with pytest.raises(ConfigError, match="gSDE policy's log-std"):
+        PPOGraph(module, "bool", False)
