@@ -33,10 +33,10 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
     """Proximal Policy Optimisation with actor and critic MLPs behind per-key observation encoders.
 
     Discrete envs get a masked categorical policy; continuous envs a Gaussian with a state-independent
-    log-std (actions are sampled unclipped; the env clips them to its bounds); ``MultiDiscrete`` actions
-    independent categoricals and ``MultiBinary`` actions independent Bernoullis. Observations of any dtype,
-    ``Discrete`` and ``Dict`` observations go through an ``ObsEncoder`` (one encoder per key: a CNN per image key
-    when ``encoder`` names one) before both MLPs.
+    log-std, or with ``sde`` gSDE's state-dependent noise (actions are sampled unclipped; the env clips them to its
+    bounds); ``MultiDiscrete`` actions independent categoricals and ``MultiBinary`` actions independent Bernoullis.
+    Observations of any dtype, ``Discrete`` and ``Dict`` observations go through an ``ObsEncoder`` (one encoder per
+    key: a CNN per image key when ``encoder`` names one) before both MLPs.
     Each ``training_step`` pulls one rollout from the datamodule itself (so the collecting policy is the one
     being updated: lag 0), then runs ``update_epochs × num_minibatches`` optimiser steps on it, and logs once.
     Acting and evaluating stored actions live in ``algos/ppo_policy.py`` (``PPOPolicy``), a rollout's targets and the
@@ -80,7 +80,14 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         max_grad_norm: global gradient-norm clip (0 disables clipping).
         norm_adv: normalise advantages per minibatch.
         target_kl: stop an update early once an epoch's mean approx. KL exceeds this (``None``: never).
-        init_log_std: initial log-std of the Gaussian policy (continuous envs).
+        init_log_std: initial log-std of the Gaussian policy (continuous envs); with ``sde``, of every entry of
+            gSDE's ``[L, A]`` log-std matrix.
+        sde: generalized state-dependent exploration for Box actions (gSDE; Raffin et al., 2022; SB3's
+            ``use_sde``, ``networks/sde.py``): the exploration noise is the actor's last hidden features (width
+            ``L``, detached) times an ``[L, A]`` matrix drawn per env at the start of each rollout and held through
+            it, so it is a smooth function of the state; ``log_std`` becomes that matrix's ``[L, A]`` log-std. The
+            deterministic action (evaluation) is the mean either way. Not with ``data.compile``, ``data.num_actors``
+            or ``RecurrentPPO``; needs ``hidden_sizes`` non-empty.
         normalize_obs: feed actor and critic ``clip((obs - mean) / std, ±norm_clip_obs)`` with running
             statistics of the training observations (SB3 ``VecNormalize`` semantics). The rollout keeps raw
             observations; each rollout is acted on, bootstrapped and learned from with the statistics in force
@@ -140,6 +147,7 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         norm_adv: bool = True,
         target_kl: float | None = None,
         init_log_std: float = 0.0,
+        sde: bool = False,
         normalize_obs: bool = False,
         normalize_reward: bool = False,
         norm_clip_obs: float = 10.0,
@@ -173,8 +181,13 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         self.action_width = out_dim
         self.actor = mlp(obs_dim, out_dim, hidden_sizes, activation, output_gain=0.01, orthogonal=ortho_init)
         self.critic = mlp(obs_dim, 1, hidden_sizes, activation, output_gain=1.0, orthogonal=ortho_init)
-        if kind == "box":
-            self.log_std = nn.Parameter(torch.full((out_dim,), float(init_log_std)))
+        if sde and (kind != "box" or not hidden_sizes):
+            raise ConfigError(f"model.sde=true needs Box actions and hidden layers (gSDE reads the actor's last hidden "
+                              f"features); this env has {kind} actions and hidden_sizes={list(hidden_sizes)}: set "
+                              "sde: false")  # fmt: skip
+        if kind == "box":  # gSDE: one log-std per (last hidden feature, action dimension)
+            shape = (hidden_sizes[-1], out_dim) if sde else (out_dim,)
+            self.log_std = nn.Parameter(torch.full(shape, float(init_log_std)))
         if normalize_obs and self.encoder.decoded_leaves:  # normalised entries index past the decoding's tables
             raise ConfigError(f"model.normalize_obs=true: model.encoder={encoder!r} decodes "
                               f"{self.encoder.decoded_leaves} from their raw 0/1 entries, which normalising would "
@@ -201,7 +214,13 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, eps=self.hparams.adam_eps, fused=fused)
 
     def check_config(self, datamodule: Any) -> None:
-        """Setup-time arithmetic: the rollout must split into ``num_minibatches`` equal minibatches of ≥ 2."""
+        """Setup-time arithmetic: the rollout must split into ``num_minibatches`` equal minibatches of ≥ 2; gSDE's
+        per-rollout noise lives in the learner's collector (no actor processes)."""
+        if self.hparams.get("sde", False) and getattr(datamodule, "num_actors", 0):
+            raise ConfigError(
+                "model.sde=true draws its exploration matrices in the learner's collector; "
+                f"data.num_actors={datamodule.num_actors} collects elsewhere: set data.num_actors: 0"
+            )
         rollout_size = int(datamodule.rollout_size)
         n = self.hparams.num_minibatches
         if rollout_size % n != 0 or rollout_size // n < 2:

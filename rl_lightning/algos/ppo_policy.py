@@ -3,6 +3,8 @@
 ``PPOPolicy`` is a mixin of ``PPO`` (``algos/ppo.py``), which builds what it reads: ``env_spec``, ``encoder`` and
 ``critic_encoder``, the ``actor`` and ``critic`` MLPs, ``log_std`` (Box actions), ``obs_normalizer``,
 ``action_width`` and ``_value_when_acting``. ``RecurrentPPO`` reuses the head methods on its core's features.
+With ``sde`` (Box actions) ``log_std`` is gSDE's ``[L, A]`` matrix and the noise comes from exploration matrices
+(``networks/sde.py``) that ``acting_policy`` draws once per rollout, one per env.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.networks import distributions as D
+from rl_lightning.networks.sde import sde_log_std, sde_matrices, sde_noise
 
 _NOISE_KINDS = ("discrete", "box")  # action kinds whose sampling ``act_from_noise`` implements
 
@@ -54,10 +57,34 @@ class PPOPolicy:
     def _logits(self, td: TensorDict, features: torch.Tensor) -> torch.Tensor:
         return D.masked_logits(self.actor(features), td.get(keys.ACTION_MASK, None))
 
+    def _gaussian(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Box actions: ``(mean, log_std [N, A], gSDE features or None)``; the log-std is the state-independent
+        parameter broadcast, or with ``sde`` gSDE's per-row log-std from the actor's last hidden features."""
+        if not self.hparams.get("sde", False):
+            mean = self.actor(features)
+            return mean, self.log_std.expand_as(mean), None
+        latent = self.actor[:-1](features)
+        return self.actor[-1](latent), sde_log_std(latent, self.log_std), latent
+
     @property
     def acts_from_noise(self) -> bool:
-        """Discrete and Box actions: sampling is one noise draw per action logit or dimension."""
-        return self.env_spec.action_kind in _NOISE_KINDS
+        """Discrete and Box actions: sampling is one noise draw per action logit or dimension (not gSDE's)."""
+        return self.env_spec.action_kind in _NOISE_KINDS and not self.hparams.get("sde", False)
+
+    def acting_policy(self, env: Any, deterministic: bool = False, training: bool = True) -> Any:
+        """With ``sde``, a stochastic policy holds one exploration matrix per env row, drawn from the collector's
+        generator at its first call: a collector asks for a policy per rollout, so the noise function stays fixed
+        for a rollout (SB3's ``sde_sample_freq=-1``). Otherwise the ``RLModule`` default."""
+        if deterministic or not self.hparams.get("sde", False):
+            return super().acting_policy(env, deterministic, training)  # type: ignore[misc]
+        held: list[torch.Tensor] = []
+
+        def policy(obs: TensorDict, generator: torch.Generator | None) -> TensorDict:
+            if not held:
+                held.append(sde_matrices(self.log_std.detach(), obs.batch_size[0], generator))
+            return self.act(obs, generator, sde_noise_matrices=held[0])
+
+        return policy
 
     def act_noise(
         self, generator: torch.Generator | None, lead: tuple[int, ...], device: torch.device | None = None
@@ -92,11 +119,19 @@ class PPOPolicy:
         return TensorDict(out, batch_size=td.batch_size, device=td.device)
 
     @torch.no_grad()
-    def act(self, td: TensorDict, generator: torch.Generator | None = None, deterministic: bool = False) -> TensorDict:
+    def act(
+        self,
+        td: TensorDict,
+        generator: torch.Generator | None = None,
+        deterministic: bool = False,
+        sde_noise_matrices: torch.Tensor | None = None,
+    ) -> TensorDict:
+        """Act on a batch ``[N]``. ``sde_noise_matrices`` ``[N, L, A]``: gSDE's exploration matrices to act with
+        (``acting_policy`` holds them over a rollout); ``None`` draws fresh ones for this call's rows."""
         if not deterministic and self.acts_from_noise:
             return self.act_from_noise(td, self.act_noise(generator, tuple(td.batch_size), td.device))
         features, critic_features = self._features(td)
-        return self._act_on(td, features, critic_features, generator, deterministic)
+        return self._act_on(td, features, critic_features, generator, deterministic, sde_noise_matrices)
 
     def _act_on(
         self,
@@ -105,6 +140,7 @@ class PPOPolicy:
         critic_features: torch.Tensor,
         generator: torch.Generator | None,
         deterministic: bool,
+        sde_noise_matrices: torch.Tensor | None = None,
     ) -> TensorDict:
         """``act`` on encoded features (``RecurrentPPO`` passes its recurrent core's outputs)."""
         out: dict[str, torch.Tensor] = {}
@@ -114,9 +150,16 @@ class PPOPolicy:
             action = logits.argmax(-1) if deterministic else D.categorical_sample(logits, generator)
             out[keys.LOGPROB] = D.categorical_log_prob(logits, action)
         elif kind == "box":
-            mean = self.actor(features)
-            log_std = self.log_std.expand_as(mean)
-            action = mean if deterministic else D.normal_sample(mean, log_std, generator)
+            mean, log_std, latent = self._gaussian(features)
+            if deterministic:
+                action = mean
+            elif latent is None:
+                action = D.normal_sample(mean, log_std, generator)
+            else:
+                matrices = sde_noise_matrices
+                if matrices is None:
+                    matrices = sde_matrices(self.log_std, latent.shape[0], generator)
+                action = mean + sde_noise(latent, matrices)
             out[keys.LOGPROB] = D.normal_log_prob(mean, log_std, action)
         else:
             logits = self.actor(features)
@@ -149,8 +192,7 @@ class PPOPolicy:
             logits = D.masked_logits(self.actor(features), mask)
             logprob, entropy = D.categorical_log_prob(logits, action), D.categorical_entropy(logits)
         elif kind == "box":
-            mean = self.actor(features)
-            log_std = self.log_std.expand_as(mean)
+            mean, log_std, _ = self._gaussian(features)
             logprob, entropy = D.normal_log_prob(mean, log_std, action), D.normal_entropy(log_std)
         else:
             logits = self.actor(features)

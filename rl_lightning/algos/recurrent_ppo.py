@@ -69,6 +69,11 @@ class RecurrentPPO(PPO):
                 "model.compile_update=true is not supported by RecurrentPPO (its update unrolls a core over time); "
                 "set model.compile_update: false"
             )
+        if kwargs.get("sde"):
+            raise ConfigError(
+                "model.sde=true is not supported by RecurrentPPO (gSDE's noise reads the actor's hidden features, "
+                "which here follow the core); set model.sde: false"
+            )
         if kwargs.get("init_weights"):  # PPO would load it into heads this class then replaces
             raise ConfigError(
                 "model.init_weights is not supported by RecurrentPPO (its heads read the core, not the encoder); "

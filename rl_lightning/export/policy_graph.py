@@ -114,6 +114,9 @@ class PPOGraph(PolicyGraph):
         super().__init__(module.env_spec, module.obs_normalizer, mask_dtype, stochastic)
         self.encoder, self.actor = module.encoder, module.actor
         kind = self.spec.action_kind
+        if module.hparams.get("sde", False):
+            raise ConfigError("model.sde=true: a gSDE policy's log-std depends on its hidden features, which this "
+                              "graph does not output; export is not supported for it")  # fmt: skip
         self.policy_log_std = module.log_std if kind == "box" else None  # "log_std" would clash with the output
         if stochastic:
             if not module.acts_from_noise:
