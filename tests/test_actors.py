@@ -66,7 +66,7 @@ def _envpool():
     ("make_env", "build"),
     [
         (CartPole, _ppo),
-        (lambda: GymnasiumEnv("CartPole-v1"), _ppo),
+        pytest.param(lambda: GymnasiumEnv("CartPole-v1"), _ppo, marks=pytest.mark.slow),  # SPO's case steps it too
         (_mujoco, _ppo),  # continuous actions, a MuJoCo simulator rebuilt in the actor
         (_envpool, _ppo),  # EnvPool's own thread pool, started in the actor
         (lambda: GymnasiumEnv("CartPole-v1"), _spo),  # SPO's search snapshots the actor's own Gymnasium envs
@@ -84,7 +84,7 @@ def test_actor_rollouts_equal_the_serial_rollouts_for_the_same_weights_and_seed(
         _assert_same(actor_batch, serial_batch)
 
 
-@pytest.mark.parametrize("lag", [1, 2])
+@pytest.mark.parametrize("lag", [1, pytest.param(2, marks=pytest.mark.slow)])  # lag 1 (the default) in the default run
 def test_no_rollout_lags_more_than_max_policy_lag_behind_a_slow_learner(lag):
     env = CartPole()
     module = PPO(env_spec=env.spec, hidden_sizes=(16,))

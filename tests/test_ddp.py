@@ -18,12 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
     "algo",
     [
         "ppo",
-        "ppo_norm",
+        pytest.param("ppo_norm", marks=pytest.mark.slow),  # pooled stats over gloo ranks: test_normalizers
         "ppo_actors",
-        "recurrent_ppo",
+        pytest.param("recurrent_ppo", marks=pytest.mark.slow),  # ~11 s each; the default run keeps one per datamodule
         "spo",
         "dreamer",
-        "dreamer_f64",
+        pytest.param("dreamer_f64", marks=pytest.mark.slow),
         pytest.param("dreamer_compiled", marks=pytest.mark.slow),
     ],  # 20 s; compiled regions: test_dreamer_compile
 )

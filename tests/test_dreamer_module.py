@@ -285,6 +285,7 @@ def _toy_probe(model, seq):
     return float(mse), float(right)
 
 
+@pytest.mark.slow  # a learning check (~16 s)
 def test_overfit_smoke_on_a_two_state_toy():
     """I19: on a 2-state deterministic env (reward 1 for the action equal to the state), a tiny model learns to
     predict the reward and its policy learns the rewarded action, from replayed random play, in 500 steps."""
