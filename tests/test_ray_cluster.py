@@ -58,7 +58,6 @@ class _WhereAtEnd(Callback):
         self.where = trainer.datamodule.actors.where()
 
 
-@pytest.mark.slow
 def test_a_node_removed_mid_fit_leaves_the_run_going_on_the_other(two_nodes, tmp_path):
     cluster, second = two_nodes
     init_ray(address=cluster.address, log_to_driver=False, logging_level="warning")
@@ -86,7 +85,6 @@ def _ray_processes(pids: list[int]) -> dict[int, str]:
     return found
 
 
-@pytest.mark.slow
 def test_sigterm_kills_every_ray_process_and_a_resume_runs_on_a_cluster_of_another_size(tmp_path, two_nodes):
     proc, _ = _start_and_mark(tmp_path, 1000 * ROLLOUT, *ON_RAY)  # a local Ray instance of the run's own
     started = _ray_processes(_descendants(proc.pid))
