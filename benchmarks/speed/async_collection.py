@@ -48,6 +48,7 @@ DEFAULT_ACTORS = {"halfcheetah": ["0", "1"], "breakout": ["0", "1", "1s", "2"], 
 CONFIGS = {"halfcheetah": "ppo_halfcheetah.yaml", "breakout": "ppo_atari.yaml", "hearts": "ppo_hearts.yaml",
            "connect_four": "alphazero_connect_four.yaml"}  # fmt: skip
 CHEETAH_EVAL_EVERY, CHEETAH_TARGET = 10_240, 3000.0
+OURS_EXTRA: list[str] = []  # --ours-extra: CLI options added to every one of our fits
 
 
 def cpu_seconds() -> float:
@@ -162,6 +163,7 @@ def ours(section: str, side_name: str, seed: int, out: Path, extra: list[str], e
     spec = json.dumps(evaluation or {})
     cmd = [sys.executable, __file__, "_fit", CONFIGS[section], str(seed), str(out), version, spec]
     cmd += ["--data.init_args.num_actors", str(actors), "--data.init_args.actor_env_splits", str(splits), *extra]
+    cmd += OURS_EXTRA
     stdout, wall, cpu, load = measured(cmd, cwd=out)
     row = json.loads(next(line for line in stdout.splitlines() if line.startswith("BENCH "))[6:])
     series = scalars(row["run_dir"])
@@ -332,7 +334,9 @@ def main() -> None:
     parser.add_argument("--hearts-steps", type=int, default=300_032, help="hearts env steps (decisions)")
     parser.add_argument("--c4-seconds", type=int, default=120, help="connect_four: the fit's wall budget")
     parser.add_argument("--out", type=Path, default=None, help="log directory (default: a new temporary one)")
+    parser.add_argument("--ours-extra", default="", help="options added to each of our fits, e.g. '--num_threads 1'")
     args = parser.parse_args()
+    OURS_EXTRA.extend(args.ours_extra.split())
     if args.quick:
         args.cheetah_steps, args.breakout_steps, args.hearts_steps = 4096, 4096, 16_384
         args.sf_steps, args.c4_seconds, args.full_steps = 40_000, 45, 20_480
