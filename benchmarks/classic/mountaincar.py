@@ -23,17 +23,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
+from _load import LoadSampler, children_cpu_seconds  # noqa: E402
+
 sys.path.insert(0, str(REPO))  # validate in this process with this checkout's package, as the fits do (PYTHONPATH)
 THRESHOLDS = {"ppo_mountaincar": -110.0, "ppo_mountaincar_continuous": 90.0}
 MAX_FIT_SECONDS = 20 * 60
@@ -53,25 +53,14 @@ class SeedRun:
 
 def timed(cmd: list[str], log: Path) -> tuple[float, float, float, float]:
     """Run ``cmd`` (stdout and stderr into ``log``); its wall and CPU seconds and the mean and max load average."""
-    loads: list[float] = [os.getloadavg()[0]]
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.wait(5.0):
-            loads.append(os.getloadavg()[0])
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    with log.open("w") as out:
+    with LoadSampler() as load, log.open("w") as out:
+        before, start = children_cpu_seconds(), time.perf_counter()
         code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env).returncode
-    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
-    done.set()
+        wall, cpu = time.perf_counter() - start, children_cpu_seconds() - before
     if code:
         raise RuntimeError(f"{' '.join(cmd)} exited {code}; see {log}")
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return wall, cpu, statistics.mean(loads), max(loads)
+    return wall, cpu, load.mean, load.max
 
 
 def validate(config: Path, seed: int, ckpt: Path, episodes: int, extra: list[str]) -> tuple[float, int]:

@@ -33,7 +33,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +46,9 @@ DEFAULT_ACTORS = {"halfcheetah": ["0", "1"], "breakout": ["0", "1", "1s", "2"], 
                   "connect_four": ["0", "1", "2"]}  # fmt: skip
 CONFIGS = {"halfcheetah": "ppo_halfcheetah.yaml", "breakout": "ppo_atari.yaml", "hearts": "ppo_hearts.yaml",
            "connect_four": "alphazero_connect_four.yaml"}  # fmt: skip
+sys.path.insert(0, str(SHARED))
+from _load import LoadSampler, children_cpu_seconds  # noqa: E402
+
 CHEETAH_EVAL_EVERY, CHEETAH_TARGET = 10_240, 3000.0
 OURS_EXTRA: list[str] = []  # --ours-extra: CLI options added to every one of our fits
 
@@ -125,24 +127,14 @@ class Run:
 
 def measured(cmd: list[str], cwd: Path | None = None, timeout: float | None = None) -> tuple[str, float, float, float]:
     """Run ``cmd``; its stdout, wall seconds, CPU seconds (itself and descendants) and mean load average."""
-    loads: list[float] = []
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.wait(5.0):
-            loads.append(os.getloadavg()[0])
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
-    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
-    done.set()
+    with LoadSampler() as load:
+        before, start = children_cpu_seconds(), time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
+        wall, cpu = time.perf_counter() - start, children_cpu_seconds() - before
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return proc.stdout, wall, cpu, statistics.mean(loads) if loads else os.getloadavg()[0]
+    return proc.stdout, wall, cpu, load.mean
 
 
 def scalars(run_dir: str | Path) -> dict[str, list[Any]]:
