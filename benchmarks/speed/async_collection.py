@@ -14,6 +14,8 @@ Sections (each its own function; sides in ``--actors``: 0 = serial, N actors, Ns
                ``--full``: the config's own evaluations to 1M agent steps.
   hearts       ``ppo_hearts.yaml`` without its GameEvaluation: decisions/s over the whole fit.
   connect_four ``alphazero_connect_four.yaml`` without its GameEvaluation: env steps in ``--c4-seconds`` of fit.
+  dreamer      ``dreamer.yaml`` (CartPole) and ``dreamer_pendulum`` (``dreamer_pendulum.yaml``): ``--dreamer-steps``
+               env steps at the replay ratio, the actor's and the learner's busy shares, the return at the end.
 
 Ours run ``rl_lightning.cli`` in a subprocess (this script's ``_fit`` mode): the config with its callbacks replaced
 (no checkpoints; an ``Evaluation`` only where timed), its TensorBoard events read back with TensorBoard's loader
@@ -41,11 +43,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(__file__).resolve().parents[1] / "shared"
 SB3 = Path(__file__).resolve().parents[1] / "peers" / "sb3_ppo.py"
-SECTIONS = ("halfcheetah", "breakout", "hearts", "connect_four")
+SECTIONS = ("halfcheetah", "breakout", "hearts", "connect_four", "dreamer", "dreamer_pendulum")
 DEFAULT_ACTORS = {"halfcheetah": ["0", "1"], "breakout": ["0", "1", "1s", "2"], "hearts": ["0", "1"],
-                  "connect_four": ["0", "1", "2"]}  # fmt: skip
+                  "connect_four": ["0", "1", "2"], "dreamer": ["0", "1"], "dreamer_pendulum": ["0", "1"]}  # fmt: skip
 CONFIGS = {"halfcheetah": "ppo_halfcheetah.yaml", "breakout": "ppo_atari.yaml", "hearts": "ppo_hearts.yaml",
-           "connect_four": "alphazero_connect_four.yaml"}  # fmt: skip
+           "connect_four": "alphazero_connect_four.yaml", "dreamer": "dreamer.yaml",
+           "dreamer_pendulum": "dreamer_pendulum.yaml"}  # fmt: skip
 sys.path.insert(0, str(SHARED))
 from _load import LoadSampler, children_cpu_seconds  # noqa: E402
 
@@ -159,7 +162,7 @@ def ours(section: str, side_name: str, seed: int, out: Path, extra: list[str], e
     stdout, wall, cpu, load = measured(cmd, cwd=out)
     row = json.loads(next(line for line in stdout.splitlines() if line.startswith("BENCH "))[6:])
     series = scalars(row["run_dir"])
-    extra_out: dict[str, Any] = {}
+    extra_out: dict[str, Any] = {"run_dir": row["run_dir"]}
     for tag in ("perf/actor_busy", "perf/learner_busy"):
         if tag in series:
             extra_out[tag] = statistics.median(e.value for e in series[tag])
@@ -251,9 +254,29 @@ def connect_four(args: argparse.Namespace, seed: int, out: Path) -> list[Run]:
     return [ours("connect_four", n, seed, out, extra) for n in args.actors_for("connect_four")]
 
 
-# TODO(issue 35, DreamerV3): DreamerV3 collects in actor processes now (``supports_actor_processes``); its section,
-# not written yet: ``dreamer.yaml`` and ``dreamer_pendulum.yaml`` at num_actors 0 and 1, the actor's and the
-# learner's busy fractions, and wall per env step at equal return (it is learner-bound on CPU at its replay ratio).
+def dreamer(args: argparse.Namespace, seed: int, out: Path, section: str = "dreamer") -> list[Run]:
+    """DreamerV3 on CPU at its replay ratio, ``--dreamer-steps`` env steps with one evaluation at the end (the same
+    env steps on every side: the returns are compared there). Serial sides get their busy shares from the engine's
+    own timers: the actor window's and the learner's milliseconds per cycle (``perf/actor_ms``, ``perf/learner_ms``),
+    each over their sum, which is what overlap could hide at most."""
+    steps = args.dreamer_steps
+    evaluation = {"every_n_env_steps": steps, "num_episodes": 10}
+    extra = ["--data.init_args.total_env_steps", str(steps)]
+    runs = [ours(section, n, seed, out, extra, evaluation) for n in args.actors_for(section)]
+    for run in runs:
+        series = scalars(run.extra.pop("run_dir"))
+        if run.side == "serial" and "perf/actor_ms" in series and "perf/learner_ms" in series:
+            actor = statistics.median(e.value for e in series["perf/actor_ms"])
+            learner = statistics.median(e.value for e in series["perf/learner_ms"])
+            run.extra["perf/actor_busy"] = actor / (actor + learner)
+            run.extra["perf/learner_busy"] = learner / (actor + learner)
+        print(f"  [{section} {run.side} seed {seed}] return at {steps:,}: "
+              f"{run.extra['evals'][-1][1] if run.extra.get('evals') else float('nan'):.1f}", flush=True)
+    return runs
+
+
+def dreamer_pendulum(args: argparse.Namespace, seed: int, out: Path) -> list[Run]:
+    return dreamer(args, seed, out, "dreamer_pendulum")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -324,6 +347,7 @@ def main() -> None:
     parser.add_argument("--cheetah-steps", type=int, default=50_176, help="halfcheetah throughput env steps")
     parser.add_argument("--breakout-steps", type=int, default=50_176, help="breakout throughput agent steps")
     parser.add_argument("--hearts-steps", type=int, default=300_032, help="hearts env steps (decisions)")
+    parser.add_argument("--dreamer-steps", type=int, default=6144, help="dreamer sections: env steps per fit")
     parser.add_argument("--c4-seconds", type=int, default=120, help="connect_four: the fit's wall budget")
     parser.add_argument("--out", type=Path, default=None, help="log directory (default: a new temporary one)")
     parser.add_argument("--ours-extra", default="", help="options added to each of our fits, e.g. '--num_threads 1'")
@@ -331,7 +355,7 @@ def main() -> None:
     OURS_EXTRA.extend(args.ours_extra.split())
     if args.quick:
         args.cheetah_steps, args.breakout_steps, args.hearts_steps = 4096, 4096, 16_384
-        args.sf_steps, args.c4_seconds, args.full_steps = 40_000, 45, 20_480
+        args.sf_steps, args.c4_seconds, args.full_steps, args.dreamer_steps = 40_000, 45, 20_480, 2048
     sides = None if args.actors is None else args.actors.split(",")
     args.actors_for = lambda section: sides if sides is not None else DEFAULT_ACTORS[section]
     for name in ("sb3_python", "sf_python"):
@@ -340,7 +364,8 @@ def main() -> None:
     out = args.out or Path(tempfile.mkdtemp(prefix="rl_lightning_async_"))
     out.mkdir(parents=True, exist_ok=True)
     print(f"logs in {out}; load average {os.getloadavg()}", flush=True)
-    functions = {"halfcheetah": halfcheetah, "breakout": breakout, "hearts": hearts, "connect_four": connect_four}
+    functions = {"halfcheetah": halfcheetah, "breakout": breakout, "hearts": hearts, "connect_four": connect_four,
+                 "dreamer": dreamer, "dreamer_pendulum": dreamer_pendulum}  # fmt: skip
     runs: list[Run] = []
     for section in args.sections.split(","):
         if section not in functions:
