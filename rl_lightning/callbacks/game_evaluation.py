@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
+from rl_lightning.callbacks.background_run import BackgroundRun
 from rl_lightning.callbacks.cadence import Cadence
+from rl_lightning.data.league import frozen_copy
 from rl_lightning.env_step_log import log_at_env_step, publish_to_callbacks
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.errors import ConfigError
@@ -76,6 +79,15 @@ class GameEvaluation(Callback):
             at the leaves and the module's own search settings (AlphaZero's ``c_puct``; others: ``NetworkMCTS``'s
             defaults), so the panel shows what the searching agent plays (perfect-information OpenSpiel games
             only); 0 plays the network alone.
+        background: play each evaluation beside training: a frozen copy of the policy is taken when one falls
+            due and its games advance one tick at a time in a thread of the learner, only while the learner waits
+            for its actors' rollouts (``data.num_actors``), so an evaluation no longer stalls collection. Its
+            record is logged at the env step of that copy once its games end (after a later update), and reaches
+            monitors (``RLCheckpoint``, ``EarlyStopping``) then; the next due evaluation and the end of training
+            first wait for it. One that is still playing when a checkpoint is saved is played again, at the then
+            current weights, after a resume. Needs actors and one device (otherwise evaluations play in the
+            foreground, with a notice: the serial learner never waits); not with ``exploitability`` (one pass
+            with no ticks to wait between).
     """
 
     def __init__(
@@ -93,6 +105,7 @@ class GameEvaluation(Callback):
         exploitability: bool = False,
         max_exploitability_states: int = MAX_STATES,
         search_simulations: int = 0,
+        background: bool = False,
     ) -> None:
         self.cadence = Cadence("GameEvaluation", every_n_updates, every_n_env_steps)
         self.opponents = [] if exploitability and opponents == [] else panels.check_opponents(
@@ -106,6 +119,14 @@ class GameEvaluation(Callback):
         self.num_games, self.duplicate, self.rating_games = num_games, duplicate, rating_games
         self.deterministic, self.env, self.seed, self.batch_size = deterministic, env, seed, batch_size
         self.search_simulations = search_simulations
+        if background and exploitability:
+            raise ConfigError("GameEvaluation: background=true plays matches between the learner's waits, but "
+                              "exploitability is one pass that cannot wait; set background: false")  # fmt: skip
+        self.background = background
+        self._in_background = False  # resolved at setup: ``background`` where the learner waits for actors
+        self._pending: BackgroundRun | None = None
+        self._copy: Any = None  # the frozen policy a background evaluation plays (weights reloaded each time)
+        self._before_pending: tuple[int, int] | None = None  # (last_updates, cadence last_seen) before it started
         self.last_updates = -1
         self.eval_seconds = 0.0
         self.history: list[dict[str, float]] = []
@@ -135,6 +156,20 @@ class GameEvaluation(Callback):
         opponents = [spec for spec in self.opponents if not spec.endswith(".ckpt")]
         panels.resolve_panel(opponents, env, league, self.deterministic, torch.device("cpu"))
 
+    def _plays_in_background(self, datamodule: Any, world_size: int) -> bool:
+        """``background`` needs a learner that waits for actors, on one device; otherwise the evaluations play in
+        the foreground, and a notice says why."""
+        if not self.background:
+            return False
+        why = ""
+        if not getattr(datamodule, "num_actors", 0):
+            why = "with data.num_actors=0 the learner never waits for actors"
+        elif world_size > 1:
+            why = f"on {world_size} devices each rank would log its record at a different update"
+        if why:
+            rank_zero_info(f"GameEvaluation: background=true, but {why}: evaluations play in the foreground")
+        return not why
+
     def _check_game(self, env: TorchEnv) -> None:
         """One-line refusals of a game this callback cannot judge: one seat, game counts that do not divide among
         the seats, or (with ``exploitability``) a game too large or not two-player zero-sum to enumerate."""
@@ -153,6 +188,8 @@ class GameEvaluation(Callback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
+        if stage == "fit":
+            self._in_background = self._plays_in_background(getattr(trainer, "datamodule", None), trainer.world_size)
         env = self.game_env(trainer)
         self._check_game(env)
         self._panel(trainer, env, pl_module)  # an opponent that cannot play fails now, before any training
@@ -162,19 +199,31 @@ class GameEvaluation(Callback):
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
+        if self._pending is not None:  # the run ended (or failed) without waiting for it
+            self._pending.abandon()
+            self._pending = None
         if self._built_env is not None:
             self._built_env.close()
             self._built_env = None
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if not trainer.sanity_checking and self.should_evaluate(pl_module):
-            self.evaluate(trainer, pl_module)
+        if trainer.sanity_checking:
+            return
+        if self._pending is not None and self._pending.done():
+            self._log_pending(trainer)
+        if self.should_evaluate(pl_module):
+            if self._in_background:
+                self._start_background(trainer, pl_module)
+            else:
+                self.evaluate(trainer, pl_module)
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        if self._pending is not None:
+            self._log_pending(trainer)
         if pl_module.updates > 0 and self.last_updates != pl_module.updates:
-            self.evaluate(trainer, pl_module)
+            self.evaluate(trainer, pl_module)  # the last one in the foreground: the run ends with its record
 
     def game_env(self, trainer: pl.Trainer) -> TorchEnv:
         """The game played: ``env``, or one built once like the datamodule's."""
@@ -186,33 +235,79 @@ class GameEvaluation(Callback):
 
     def evaluate(self, trainer: pl.Trainer, pl_module: Any) -> dict[str, float]:
         """Play the panel, log ``eval/*`` once at the current env step, and return the record."""
+        if self._pending is not None:
+            self._log_pending(trainer)
         start = time.perf_counter()
         record = self.measure(trainer, pl_module, "eval")
-        publish_to_callbacks(trainer, record)
-        log_at_env_step(trainer, record, pl_module.env_steps)
-        self.last_updates = pl_module.updates
         self.eval_seconds += time.perf_counter() - start
-        self.history.append({**record, "env_steps": float(pl_module.env_steps), "updates": float(pl_module.updates)})
+        self.last_updates = pl_module.updates
+        self._log(trainer, record, pl_module.env_steps, pl_module.updates)
         return record
+
+    def _log(self, trainer: pl.Trainer, record: dict[str, float], env_steps: int, updates: int) -> None:
+        publish_to_callbacks(trainer, record)
+        log_at_env_step(trainer, record, env_steps)
+        self.history.append({**record, "env_steps": float(env_steps), "updates": float(updates)})
+
+    def _start_background(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        """Take a frozen copy of the policy now and play its panel in the learner's waits (``background``)."""
+        if self._pending is not None:
+            self._log_pending(trainer)
+        if self._copy is None:
+            self._copy = frozen_copy(pl_module)
+        else:
+            self._copy.load_state_dict(pl_module.state_dict())
+        self._before_pending = (self.last_updates, pl_module.env_steps if self.cadence.counter == "env_steps"
+                                else pl_module.updates)  # fmt: skip
+        play = self._measurement(trainer, self._copy, "eval")  # the panel is resolved now, in this thread
+        self._pending = BackgroundRun(play, pl_module.env_steps, pl_module.updates)
+        self.last_updates = pl_module.updates
+
+    def _log_pending(self, trainer: pl.Trainer) -> None:
+        """Wait for the background evaluation (if still playing) and log its record at its own env step."""
+        pending, self._pending = self._pending, None
+        assert pending is not None
+        start = time.perf_counter()
+        try:
+            record = pending.wait()
+        finally:
+            self.eval_seconds += time.perf_counter() - start  # the learner's time it took, not the thread's
+            self._before_pending = None
+        self._log(trainer, record, pending.env_steps, pending.updates)
 
     def measure(self, trainer: pl.Trainer, pl_module: Any, prefix: str = "eval") -> dict[str, float]:
         """Play the panel (and the rating round robin) once; ``{prefix}/vs_<name>/*`` and ``{prefix}/rating/*``."""
+        return self._measurement(trainer, pl_module, prefix)()
+
+    def _measurement(self, trainer: pl.Trainer, pl_module: Any, prefix: str) -> Callable[[], dict[str, float]]:
+        """``measure``'s games with their players resolved now (the env, the league's snapshots as they are, the
+        policy as a player); calling it plays them."""
         env = self.game_env(trainer)
         panel = self._panel(trainer, env, pl_module)
         policy = panels.Player(panels.POLICY, self._tested(pl_module))
+
+        def play() -> dict[str, float]:
+            was_training = pl_module.training
+            pl_module.eval()
+            try:
+                return self._play(env, policy, panel, pl_module, prefix)
+            finally:
+                pl_module.train(was_training)
+
+        return play
+
+    def _play(
+        self, env: TorchEnv, policy: Any, panel: list[panels.Player], pl_module: Any, prefix: str
+    ) -> dict[str, float]:
+        """The matches (and ratings, exploitability) of ``measure``: its record."""
         deals = self.num_games // env.spec.num_seats
-        was_training = pl_module.training
-        pl_module.eval()
-        try:
-            results = panels.play_panel(env, policy, panel, deals, self.seed, self.duplicate, self.batch_size)
-            ratings = {}
-            rating_games = self.num_games if self.rating_games is None else self.rating_games
-            if rating_games and panel:
-                played = {(panels.POLICY, name): result for name, result in results.items()}
-                ratings = panels.rating_table(env, [policy, *panel], played, rating_games // env.spec.num_seats,
-                                       self.seed, self.duplicate, self.batch_size)  # fmt: skip
-        finally:
-            pl_module.train(was_training)
+        results = panels.play_panel(env, policy, panel, deals, self.seed, self.duplicate, self.batch_size)
+        ratings = {}
+        rating_games = self.num_games if self.rating_games is None else self.rating_games
+        if rating_games and panel:
+            played = {(panels.POLICY, name): result for name, result in results.items()}
+            ratings = panels.rating_table(env, [policy, *panel], played, rating_games // env.spec.num_seats,
+                                   self.seed, self.duplicate, self.batch_size)  # fmt: skip
         score_range = getattr(env, "score_range", None)  # the game's lowest and highest score, where it says
         metrics = {f"{prefix}/vs_{name}/{key}": value for name, result in results.items()
                    for key, value in match_metrics(result, score_range=score_range).items()}  # fmt: skip
@@ -253,7 +348,11 @@ class GameEvaluation(Callback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"last_updates": self.last_updates, "cadence": self.cadence.state_dict(),
+        last_updates, cadence = self.last_updates, self.cadence.state_dict()
+        if self._before_pending is not None:  # still playing: a resumed run plays it again at its first update
+            last_updates, counter = self._before_pending
+            cadence["last_seen"] = counter // self.cadence.every * self.cadence.every - 1
+        return {"last_updates": last_updates, "cadence": cadence,
                 "deterministic": self._resolved_deterministic}  # read by ``load_policy``  # fmt: skip
 
     @override

@@ -33,6 +33,7 @@ from rl_lightning import keys
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.envs.games.bots import check_engine_players, needs_engine_state
 from rl_lightning.errors import ConfigError
+from rl_lightning.learner_waits import pause_point
 from rl_lightning.lineage import check_same_env
 
 #: A seat's player: ``bot(obs, action_mask, seat, generator) -> action [B]``.
@@ -114,6 +115,7 @@ def _play_batch(
     try:
         obs = env.observe(state)
         while len(index):
+            pause_point()  # in a background evaluation, each tick waits for the learner to wait for its actors
             action = _act(players, owner_of_seat, obs, gen, lambda rows: [env.engine_state(state, i) for i in rows])
             state, out = env.step_state(state, action, gen, inplace=True)
             ended = out[keys.TERMINATED] | out[keys.TRUNCATED]

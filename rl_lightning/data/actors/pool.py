@@ -32,6 +32,7 @@ from rl_lightning.data.actors.policy_factory import PolicyFactory
 from rl_lightning.data.actors.recipes import SingleAgentRecipe
 from rl_lightning.data.actors.weights import SharedWeights
 from rl_lightning.data.actors.worker import ActorChannels, ActorSpec, actor_main
+from rl_lightning.learner_waits import learner_waiting
 
 POLL_S = 0.05
 JOIN_TIMEOUT_S = 5.0
@@ -204,7 +205,9 @@ class ActorPool:
                     return batch, (version, stats, collect_s, wait_s)
                 self.dropped_rollouts += 1  # too stale for the update: its env steps still count
                 continue
-            if wait([actor.pipe], timeout=POLL_S) and self._receive(actor):
+            with learner_waiting():  # background work of the learner (GameEvaluation) may run meanwhile
+                ready = wait([actor.pipe], timeout=POLL_S)
+            if ready and self._receive(actor):
                 continue
             stop.check()  # SIGTERM / Ctrl+C: the learner stops here; close() then ends the actors
             self._check_health()

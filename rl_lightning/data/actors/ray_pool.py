@@ -33,6 +33,7 @@ from rl_lightning.data.actors.ray_actor import RayActor
 from rl_lightning.data.actors.ray_checks import connect, cpus_of_cluster, refuse_too_many_actors
 from rl_lightning.data.actors.recipes import SingleAgentRecipe
 from rl_lightning.data.actors.worker import ActorSpec
+from rl_lightning.learner_waits import learner_waiting
 
 POLL_S = 0.05
 #: A new actor is placed, imports torch and builds its envs and policy before its first rollout: allow it this long.
@@ -197,7 +198,8 @@ class RayActorPool:
         while True:
             actor = self.actors[index]
             ref, version = actor.in_flight[0]
-            ready, _ = ray.wait([ref], timeout=POLL_S)
+            with learner_waiting():  # background work of the learner (GameEvaluation) may run meanwhile
+                ready, _ = ray.wait([ref], timeout=POLL_S)
             if not ready:
                 stop.check()  # SIGTERM / Ctrl+C: the learner stops here; close() then kills the actors
                 self._check_hung(index)
