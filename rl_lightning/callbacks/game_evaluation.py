@@ -188,14 +188,14 @@ class GameEvaluation(Callback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
-        if stage == "fit":
-            self._in_background = self._plays_in_background(getattr(trainer, "datamodule", None), trainer.world_size)
         env = self.game_env(trainer)
         self._check_game(env)
         self._panel(trainer, env, pl_module)  # an opponent that cannot play fails now, before any training
         check_engine_players(env, [self._tested(pl_module)], "GameEvaluation.search_simulations")
         self._resolved_deterministic = pl_module.eval_deterministic if self.deterministic is None else \
             self.deterministic  # fmt: skip
+        if stage == "fit" and self.background:
+            self._in_background = self._plays_in_background(getattr(trainer, "datamodule", None), trainer.world_size)
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
