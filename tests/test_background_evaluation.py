@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import yaml
 
 from rl_lightning.algos import PPO
 from rl_lightning.callbacks import GameEvaluation
@@ -123,18 +124,27 @@ def test_exploitability_is_refused_and_serial_or_ddp_fits_play_in_the_foreground
     assert not callback._plays_in_background(SimpleNamespace(num_actors=1), 2)
 
 
-def test_a_fit_with_an_actor_logs_every_evaluation_at_its_env_step(tmp_path: Path) -> None:
-    config = _config(tmp_path / "fit.yaml", "bg", background=True)
-    args = ["fit", "--config", "ppo", "--config", config, "--data.init_args.num_actors", "1",
-            "--data.init_args.total_env_steps", "128"]  # fmt: skip
-    result = run_cli(args, tmp_path)
+def test_the_shipped_hearts_config_evaluates_beside_its_actor_at_each_env_step(tmp_path: Path) -> None:
+    pytest.importorskip("pyspiel")
+    evaluation = {"class_path": "rl_lightning.callbacks.GameEvaluation",
+                  "init_args": {"every_n_env_steps": 256, "opponents": ["random", "heuristic"], "num_games": 8,
+                                "rating_games": 0, "background": True}}  # fmt: skip
+    fragment = tmp_path / "eval.yaml"
+    fragment.write_text(yaml.safe_dump({"trainer": {"callbacks": [evaluation]}}))
+    args = ["fit", "--config", "ppo_hearts.yaml", "--config", str(fragment), "--data.init_args.num_envs", "8",
+            "--data.init_args.num_steps", "32", "--data.init_args.total_env_steps", "768",
+            "--trainer.logger.init_args.save_dir", "runs", "--trainer.enable_progress_bar", "false"]  # fmt: skip
+    result = run_cli(args, tmp_path)  # the shipped config: one actor process, an OpenSpiel game, league and bots
     assert result.returncode == 0, result.stderr[-3000:]
-    logged = _scalars(tmp_path / "runs" / "bg" / "version_0")
-    for name in ("random", "MinBot"):
-        assert sorted(step for step, _ in logged[f"eval/vs_{name}/win_rate"]) == [32, 64, 96, 128], name
+    logged = _scalars(tmp_path / "runs" / "ppo_hearts" / "version_0")
+    for name in ("random", "heuristic"):
+        assert sorted(step for step, _ in logged[f"eval/vs_{name}/points_per_hand"]) == [256, 512, 768], name
 
-    serial = run_cli([*args, "--data.init_args.num_actors", "0", "--trainer.logger.init_args.name", "serial"],
-                     tmp_path)  # fmt: skip
+
+def test_a_serial_fit_plays_them_in_the_foreground_and_says_so(tmp_path: Path) -> None:
+    config = _config(tmp_path / "fit.yaml", "serial", background=True)
+    args = ["fit", "--config", "ppo", "--config", config, "--data.init_args.total_env_steps", "128"]
+    serial = run_cli(args, tmp_path)
     assert serial.returncode == 0, serial.stderr[-3000:]
     assert "evaluations play in the foreground" in serial.stdout + serial.stderr
     logged = _scalars(tmp_path / "runs" / "serial" / "version_0")
