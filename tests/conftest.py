@@ -44,8 +44,22 @@ def _restore_rng_and_threads():
 
 #: Start-up variables third-party code rewrites in its own process: OpenCV (``cv2``, imported by the ALE and video
 #: paths) prepends its libraries to ``LD_LIBRARY_PATH``, Lightning sets ``PYTORCH_NVML_BASED_CUDA_CHECK`` at import,
-#: torch's inductor ``TORCHINDUCTOR_CACHE_DIR`` at its first compile. Put back after each test, not reported.
-IMPORT_SIDE_EFFECTS = frozenset({"LD_LIBRARY_PATH", "PYTORCH_NVML_BASED_CUDA_CHECK", "TORCHINDUCTOR_CACHE_DIR"})
+#: torch's inductor ``TORCHINDUCTOR_CACHE_DIR`` at its first compile (and on CUDA Triton's cache, ptxas and libdevice
+#: paths, ``CUDA_HOME``, ``TORCH_WARM_POOL``), Lightning's CUDA accelerator ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` when a GPU
+#: fit starts. Put back after each test, not reported.
+IMPORT_SIDE_EFFECTS = frozenset(
+    {
+        "LD_LIBRARY_PATH",
+        "PYTORCH_NVML_BASED_CUDA_CHECK",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "TRITON_CACHE_DIR",
+        "TRITON_PTXAS_PATH",
+        "TRITON_LIBDEVICE_PATH",
+        "CUDA_HOME",
+        "TORCH_WARM_POOL",
+        "CUDA_DEVICE_ORDER",
+    }
+)
 _STARTUP_BEFORE = pytest.StashKey[dict[str, str]]()
 
 

@@ -409,16 +409,27 @@ def test_async_engine_overlaps_actor_and_learner(tmp_path):
     assert overlap_async > overlap_sync
 
 
-def test_cuda_tests_pass_under_the_cuda_sanitizer():
-    """Every test above again, in a subprocess with ``TORCH_CUDA_SANITIZER=1``: any unsynchronised access of a
-    tensor from two streams (the hazards above, and any this file does not delay for) fails the run."""
+def _tests_to_sanitize() -> list[str]:
+    """Every test of this file but the sanitizer's own and the timing check (the sanitizer slows streams unevenly)."""
+    return [
+        name
+        for name, value in globals().items()
+        if name.startswith("test_") and callable(value) and "sanitizer" not in name and "overlaps" not in name
+    ]
+
+
+@pytest.mark.parametrize("name", _tests_to_sanitize())
+def test_cuda_tests_pass_under_the_cuda_sanitizer(name):
+    """Each test above again, in a subprocess with ``TORCH_CUDA_SANITIZER=1``: any unsynchronised access of a
+    tensor from two streams (the hazards above, and any this file does not delay for) fails the run. One subprocess
+    per test, so pytest-xdist spreads them over its workers."""
     root = Path(__file__).resolve().parents[1]
     path = [str(root), str(root / "tests"), os.environ.get("PYTHONPATH", "")]  # the caller's path too (site dirs)
     env = {**os.environ, "TORCH_CUDA_SANITIZER": "1", "PYTHONPATH": os.pathsep.join(filter(None, path))}
-    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__, "-k",
-               "not sanitizer and not overlaps"]  # fmt: skip
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist",
+               f"{__file__}::{name}"]  # fmt: skip
     done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=1800)
     output = done.stdout + done.stderr
     assert "CSAN" not in output, output[-6000:]
     assert done.returncode == 0, output[-6000:]
-    assert " passed" in output
+    assert "1 passed" in output, output[-6000:]

@@ -20,7 +20,7 @@ from rl_lightning.lineage import weights_digest
 REQUIRED_METRICS = [
     "train/loss_pred", "train/loss_dyn", "train/loss_rep", "train/loss_policy", "train/loss_value",
     "world_model/kl", "world_model/post_entropy", "world_model/prior_entropy",
-    "perf/actor_ms", "perf/learner_ms", "perf/overlap_eff",
+    "perf/actor_ms", "perf/learner_ms", "perf/overlap_eff", "perf/actor_busy", "perf/learner_busy",
     "replay/ratio_actual", "replay/fill", "replay/committed_t",
     "policy/actor_version", "policy/learner_version", "policy/lag",
 ]  # fmt: skip
@@ -54,6 +54,9 @@ def test_fit_logs_every_metric_finite(tmp_path):
         assert key in model.last_metrics, key
         assert math.isfinite(float(model.last_metrics[key])), key
     assert float(model.last_metrics["replay/ratio_actual"]) == pytest.approx(0.25)
+    busy = [float(model.last_metrics[f"perf/{side}_busy"]) for side in ("actor", "learner")]
+    assert all(0.0 < share <= 1.0 for share in busy), busy
+    assert sum(busy) <= 1.05, busy  # one stream on the CPU: the two phases take turns within the cycle
 
 
 def test_same_seed_identical_losses_and_weights(tmp_path):

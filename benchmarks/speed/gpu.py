@@ -20,7 +20,8 @@ Sections:
             synchronous one (``data.engine=cpu``: one stream), same seed and budget, alternating ``--repeats``
             times: gradient steps/s and env steps/s after the prefill, and ``perf/overlap_eff`` (the share of the
             shorter of actor window and learner update hidden behind the longer; 0 = serial, 1 = fully hidden),
-            median over the second half of the updates.
+            with the actor's and the learner's busy fractions (``perf/actor_busy``, ``perf/learner_busy``: each one's
+            time over the update cycle's wall), medians over the second half of the updates.
 
 Prints one table per section and the device's name; copy them into ``benchmarks/README.md``'s GPU section.
 Without a CUDA device (and without ``--device cpu``) it says so in one line and exits 2.
@@ -133,11 +134,13 @@ def print_collect(rows: list[dict[str, Any]], device: str) -> bool:
 # ----------------------------------------------------------------------------------------------------------------
 # speed: DreamerV3 gradient steps/s per preset
 # ----------------------------------------------------------------------------------------------------------------
-def run_speed(device: str, presets: list[str], steps: int, seconds: float) -> list[dict[str, Any]]:
+def run_speed(
+    device: str, presets: list[str], steps: int, seconds: float, compiled_modes: list[bool], precisions: list[str]
+) -> list[dict[str, Any]]:
     rows = []
     for size in presets:
-        for precision in ("32-true", "bf16-mixed"):
-            for compiled in (False, True):
+        for precision in precisions:
+            for compiled in compiled_modes:
                 r = time_preset(size, device, steps, seconds, precision=precision, compile_update=compiled)
                 rows.append(r)
                 print(f"  [speed {size} {precision} compile_update={compiled}] {r['rate']:.2f} gradient steps/s "
@@ -167,14 +170,15 @@ class EngineRecorder(pl.Callback):
 
     def __init__(self) -> None:
         self.points: list[tuple[float, int, int]] = []
-        self.overlap: list[float] = []
+        self.perf: dict[str, list[float]] = {"overlap_eff": [], "actor_busy": [], "learner_busy": []}
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         dm = trainer.datamodule
         self.points.append((time.perf_counter(), int(dm.local_gradient_steps), int(dm.env_steps)))
-        value = pl_module.last_metrics.get("perf/overlap_eff")
-        if value is not None:
-            self.overlap.append(float(value))
+        for name, values in self.perf.items():
+            value = pl_module.last_metrics.get(f"perf/{name}")
+            if value is not None:
+                values.append(float(value))
 
 
 def run_engine_once(device: str, engine: str, size: str, env_steps: int, num_envs: int, seed: int) -> dict[str, Any]:
@@ -192,13 +196,13 @@ def run_engine_once(device: str, engine: str, size: str, env_steps: int, num_env
     trained = [p for p in recorder.points if p[1] > 0]  # after the prefill
     first, last = trained[0], trained[-1]
     seconds = max(last[0] - first[0], 1e-9)
-    steady = recorder.overlap[len(recorder.overlap) // 2 :]
+    steady = {name: values[len(values) // 2 :] for name, values in recorder.perf.items()}
     return {
         "engine": engine,
         "async": bool(cli.datamodule.async_engine),
         "grad_sps": (last[1] - first[1]) / seconds,
         "env_sps": (last[2] - first[2]) / seconds,
-        "overlap": statistics.median(steady) if steady else float("nan"),
+        **{name: statistics.median(values) if values else float("nan") for name, values in steady.items()},
         "updates": len(trained),
     }
 
@@ -211,13 +215,17 @@ def run_engine(device: str, size: str, env_steps: int, num_envs: int, repeats: i
             r = run_engine_once(device, engine, size, env_steps, num_envs, seed=repeat)
             rows.append(r)
             print(f"  [engine {engine} run {repeat}] {r['grad_sps']:.2f} gradient steps/s, {r['env_sps']:,.0f} env "
-                  f"steps/s, overlap {r['overlap']:.2f} over {r['updates']} updates", flush=True)  # fmt: skip
+                  f"steps/s, overlap {r['overlap_eff']:.2f}, actor busy {r['actor_busy']:.2f}, learner busy "
+                  f"{r['learner_busy']:.2f} over {r['updates']} updates", flush=True)  # fmt: skip
     return rows
 
 
 def print_engine(rows: list[dict[str, Any]], device: str, size: str) -> None:
     print(f"\n== DreamerV3 {size} fit (configs/dreamer.yaml) on {device}: asynchronous vs synchronous engine ==")
-    header = f"{'engine':<11} {'runs':>4} {'grad steps/s':>13} {'env steps/s':>12} {'overlap_eff':>12}"
+    header = (
+        f"{'engine':<11} {'runs':>4} {'grad steps/s':>13} {'env steps/s':>12} {'overlap_eff':>12} {'actor busy':>11} "
+        f"{'learner busy':>13}"
+    )
     print(header)
     print("-" * len(header))
     by_engine: dict[str, list[dict[str, Any]]] = {}
@@ -226,8 +234,10 @@ def print_engine(rows: list[dict[str, Any]], device: str, size: str) -> None:
     for engine, runs in by_engine.items():
         grad = statistics.median(r["grad_sps"] for r in runs)
         env = statistics.median(r["env_sps"] for r in runs)
-        overlap = statistics.median(r["overlap"] for r in runs)
-        print(f"{engine:<11} {len(runs):>4} {grad:>13.2f} {env:>12,.0f} {overlap:>12.2f}")
+        names = ("overlap_eff", "actor_busy", "learner_busy")
+        perf = {name: statistics.median(r[name] for r in runs) for name in names}
+        print(f"{engine:<11} {len(runs):>4} {grad:>13.2f} {env:>12,.0f} {perf['overlap_eff']:>12.2f} "
+              f"{perf['actor_busy']:>11.2f} {perf['learner_busy']:>13.2f}")  # fmt: skip
     if {"cuda_async", "cpu"} <= set(by_engine):
         ratio = statistics.median(r["grad_sps"] for r in by_engine["cuda_async"]) / statistics.median(
             r["grad_sps"] for r in by_engine["cpu"]
@@ -250,6 +260,9 @@ def main() -> None:
     parser.add_argument("--presets", default="XS,S,M", help="speed: DreamerV3 sizes")
     parser.add_argument("--speed-steps", type=int, default=50)
     parser.add_argument("--speed-seconds", type=float, default=60.0)
+    parser.add_argument("--speed-compile", default="both", choices=["both", "eager", "compiled"],
+                        help="speed: eager steps, compile_update steps, or both")  # fmt: skip
+    parser.add_argument("--precisions", default="32-true,bf16-mixed", help="speed: Lightning precisions")
     parser.add_argument("--engine-size", default="S", help="engine: DreamerV3 size of the fits")
     parser.add_argument("--engine-env-steps", type=int, default=8192, help="engine: budget of each fit")
     parser.add_argument("--engine-num-envs", type=int, default=16)
@@ -275,7 +288,9 @@ def main() -> None:
     if "speed" in sections:
         presets = ["tiny"] if cpu_check else args.presets.split(",")
         steps, seconds = (1, 5.0) if cpu_check else (args.speed_steps, args.speed_seconds)
-        print_speed(run_speed(device, presets, steps, seconds), device)
+        modes = {"both": [False, True], "eager": [False], "compiled": [True]}[args.speed_compile]
+        precisions = args.precisions.split(",")
+        print_speed(run_speed(device, presets, steps, seconds, modes, precisions), device)
     if "engine" in sections:
         size, env_steps = ("tiny", 1600) if cpu_check else (args.engine_size, args.engine_env_steps)
         rows = run_engine(

@@ -404,6 +404,8 @@ class DreamerDataModule(OnPolicyDataModule):
             cycle_ms = 1e3 * (now - self._last_cycle)
             hidden = (actor_ms + learner_ms - cycle_ms) / max(min(actor_ms, learner_ms), 1e-6)
             stats["perf/overlap_eff"] = torch.tensor(min(max(hidden, 0.0), 1.0))
+            stats["perf/actor_busy"] = torch.tensor(min(actor_ms / max(cycle_ms, 1e-6), 1.0))
+            stats["perf/learner_busy"] = torch.tensor(min(learner_ms / max(cycle_ms, 1e-6), 1.0))
         self._last_cycle = now
         return stats
 
