@@ -201,9 +201,10 @@ def test_compile_update_is_refused_in_one_line_without_torch_compile(config, mon
 def test_compiled_step_matches_eager_on_cuda():
     """The same comparison on the GPU, where the regions are meant to pay (launch-bound at these sizes), each step
     from the same weights and draws. Carried over optimiser steps the two part on CUDA (measured on an H200: the
-    first step agrees to 5e-7, the second's world-model terms to 3e-4): Adam's first update is about ``lr · sign(g)``,
-    so gradients that are zero up to rounding, summed in another order by the fused kernels, move their weights by
-    ``lr`` either way. That is the optimiser amplifying rounding, not the compiled step computing something else."""
+    first step agrees to 5e-7, the second's world-model terms to 3e-4). The likely mechanism: LaProp (eps 1e-20)
+    divides each gradient by its running RMS, so its first update is about ``lr · sign(g)`` even for a gradient that
+    is zero up to rounding, and the fused kernels round in another order. The optimiser amplifying rounding, not the
+    compiled step computing something else."""
     seq = _seq(CartPole().spec).to("cuda")
     eager, compiled = (_model(CartPole, compile_update).cuda() for compile_update in (False, True))
     optimizer = eager.configure_optimizers()
