@@ -89,6 +89,7 @@ def test_schedules() -> None:
     ({"kind": "initial", "ema_coef": 0.5}, r"model.magnet.ema_coef=0.5: ema_coef needs kind: ema"),
     ({"kind": "ema", "ema_coef": -0.1}, r"model.magnet.ema_coef=-0.1: use a weight >= 0, or null"),
     ({"ema_final_tau": 0.01}, r"model.magnet.ema_final_tau=0.01: a decaying EMA rate needs kind: ema"),
+    ({"lr_follows_below": 0.0}, r"model.magnet.lr_follows_below=0.0: use a positive weight, or null"),
     ({"kind": "ema", "ema_final_tau": 0.0}, r"ema_final_tau=0.0: use a rate in \(0, 1\], or null"),
     ({"reset_env_steps": 10}, r"model.magnet.reset_env_steps=10: a magnet reset needs kind: ema; drop it"),
     ({"kind": "ema", "reset_env_steps": 0}, r"reset_env_steps=0: use a positive number of env steps, or null"),
@@ -133,6 +134,26 @@ def test_fit_logs_the_kl_and_the_scheduled_weight(tmp_path: Path) -> None:
     coefs = [entry["train/magnet_coef"] for entry in seen]
     assert coefs == pytest.approx([0.4 * (1 - steps / 96) for steps in (32, 64, 96)], abs=1e-6)
     assert all(0 <= entry["train/magnet_kl"] <= math.log(3) + 1e-6 for entry in seen)
+
+
+@pytest.mark.parametrize("anneal_lr", [False, True])
+def test_lr_follows_the_weight_below_the_threshold(tmp_path: Path, anneal_lr: bool) -> None:
+    """``lr_follows_below``: each update's lr is ``lr · min(1, weight / threshold)``, on top of ``anneal_lr``."""
+    spec = {"kind": "uniform", "coef": 0.4, "schedule": "linear", "final_coef": 0.1, "lr_follows_below": 0.3}
+    module, datamodule = _selfplay(spec, lr=0.01, anneal_lr=anneal_lr)
+    seen: list[tuple[float, float]] = []
+
+    class Record(Callback):
+        def on_train_batch_end(self, trainer: object, *args: object) -> None:
+            metrics = trainer.callback_metrics  # type: ignore[attr-defined]
+            seen.append((float(metrics["train/magnet_coef"]), float(metrics["train/lr"])))
+
+    trainer(tmp_path, [Record()]).fit(module, datamodule)
+    coefs = [0.4 - 0.3 * steps / 96 for steps in (32, 64, 96)]  # 0.3, 0.2, 0.1: at, then below, the threshold
+    annealed = [1 - before / 96 if anneal_lr else 1.0 for before in (0, 32, 64)]  # lr anneals on steps before it
+    assert [c for c, _ in seen] == pytest.approx(coefs, abs=1e-6)
+    assert [lr for _, lr in seen] == pytest.approx([0.01 * a * min(1.0, c / 0.3) for c, a in zip(coefs, annealed)])
+    assert seen[-1][1] < seen[0][1] / 2  # the threshold bites: 0.1 / 0.3 of the lr at the last update
 
 
 def test_ema_magnet_trails_the_weights_and_initial_stays_put(tmp_path: Path) -> None:

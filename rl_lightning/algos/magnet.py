@@ -13,6 +13,10 @@ the "magnet update" of Sokota et al.), with the weight ``ema_coef`` from then on
 over the weight's decay (``decay_env_steps``, or ``data.total_env_steps``), then stays there. ``reset_env_steps``
 replaces the EMA by Sokota et al.'s magnet reset: the magnet is a frozen copy of the policy, re-copied whenever that
 many env steps have passed since the last copy (a proximal point in policy space, no averaging of weights).
+``lr_follows_below`` couples the learning rate to the weight: below that weight the update's lr is scaled by
+``weight / lr_follows_below``. MMD's step must shrink with its regularisation (a step that converges at one weight
+cycles at a lower one), and Adam keeps the step in policy space near ``lr`` however small the gradients get, so a
+weight annealed with a constant lr ends cycling instead of converging.
 The magnet's weights (and whether a late EMA has started) are buffers: checkpointed with the module (a resumed EMA
 continues), never optimised.
 """
@@ -31,17 +35,20 @@ from rl_lightning.objectives.magnet import SCHEDULES, magnet_kl, magnet_weight
 
 MAGNETS = ("uniform", "ema", "initial")
 _FIELDS = {"kind": str, "coef": float, "schedule": str, "final_coef": float, "decay_env_steps": int, "ema_tau": float,
-           "ema_start_env_steps": int, "ema_coef": float, "ema_final_tau": float, "reset_env_steps": int}  # fmt: skip
+           "ema_start_env_steps": int, "ema_coef": float, "ema_final_tau": float, "reset_env_steps": int,
+           "lr_follows_below": float}  # fmt: skip
 _NETS = ("encoder", "actor")  # what the magnet copies: the policy's path from observation to logits
 
 
 def magnet_settings(spec: str | dict[str, Any]) -> dict[str, Any]:
     """``model.magnet`` checked: a magnet name (``initial``) or ``{kind, coef, schedule, final_coef,
-    decay_env_steps, ema_tau, ema_start_env_steps, ema_coef, ema_final_tau, reset_env_steps}``; defaults filled
+    decay_env_steps, ema_tau, ema_start_env_steps, ema_coef, ema_final_tau, reset_env_steps, lr_follows_below}``;
+    defaults filled
     in. One-line ``ConfigError`` naming the bad field."""
     settings: dict[str, Any] = {"kind": "uniform", "coef": 0.05, "schedule": "constant", "final_coef": 0.0,
                                 "decay_env_steps": None, "ema_tau": 0.01, "ema_start_env_steps": None,
-                                "ema_coef": None, "ema_final_tau": None, "reset_env_steps": None}  # fmt: skip
+                                "ema_coef": None, "ema_final_tau": None, "reset_env_steps": None,
+                                "lr_follows_below": None}  # fmt: skip
     given = {"kind": spec} if isinstance(spec, str) else dict(spec)
     for key, value in given.items():
         if key not in _FIELDS:
@@ -73,6 +80,8 @@ def magnet_settings(spec: str | dict[str, Any]) -> dict[str, Any]:
          "a magnet reset needs kind: ema; drop it"),
         ("reset_env_steps", settings["reset_env_steps"] is None or settings["reset_env_steps"] > 0,
          "use a positive number of env steps, or null for an EMA"),
+        ("lr_follows_below", settings["lr_follows_below"] is None or settings["lr_follows_below"] > 0,
+         "use a positive weight, or null for an lr independent of the weight"),
     ]  # fmt: skip
     for field, ok, fix in checks:
         if not ok:
@@ -163,6 +172,11 @@ class Magnet(nn.Module):
         self.coef = magnet_weight(s["schedule"], s["coef"], s["final_coef"], progress)
         if s["ema_coef"] is not None and not self._uniform_now():
             self.coef = s["ema_coef"]
+
+    def lr_scale(self) -> float:
+        """The factor on this update's learning rate: ``min(1, weight / lr_follows_below)``, or 1 when unset."""
+        below = self.settings["lr_follows_below"]
+        return 1.0 if below is None else min(1.0, self.coef / below)
 
     def _tau(self, progress: float) -> float:
         """The EMA rate after ``progress`` of the decay: ``ema_tau``, or geometric toward ``ema_final_tau``."""

@@ -113,7 +113,8 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
             statistics (the ``Histograms`` callback); ``None`` (default) writes none and costs nothing.
         magnet: add ``coef · KL(π ‖ magnet)`` to the loss (Magnetic Mirror Descent; ``algos/magnet.py``): ``uniform``,
             ``ema`` or ``initial`` (the ``init_weights`` policy), or ``{kind, coef, schedule: constant | linear |
-            exponential, final_coef, decay_env_steps, ema_tau}``; logs ``train/magnet_kl``. ``None``: off.
+            exponential, final_coef, decay_env_steps, ema_tau, lr_follows_below, ...}`` (``lr_follows_below``: below
+            that weight the lr is scaled by ``weight / lr_follows_below``); logs ``train/magnet_kl``. ``None``: off.
         critic_warmup_updates: for this many first updates only the value loss trains (the actor keeps its
             ``init_weights``, e.g. a behaviour-cloned policy, while the critic learns its values, so the first policy
             updates follow meaningful advantages). 0: off.
@@ -239,15 +240,18 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
             batch = batch[batch[TRAIN_KEY]]
         hp = self.hparams
         optimizer = self.optimizers()
+        frac = 1.0
         if hp.anneal_lr and self.total_env_steps:
             done = self.env_steps - collected * self.trainer.world_size  # before this rollout, as before
             frac = lr_fraction(done, self.total_env_steps, hp.anneal_lr_start)
-            for group in optimizer.param_groups:
-                group["lr"] = frac * hp.lr
         if hp.anneal_clip and self.total_env_steps:  # SB3 counts the rollout just collected (lr above does not)
             self.clip_now.fill_(hp.clip_coef * (1.0 - min(self.env_steps, self.total_env_steps) / self.total_env_steps))
         if self.magnet is not None:
             self.magnet.before_update(self)
+            frac *= self.magnet.lr_scale()
+        if hp.anneal_lr or (self.magnet is not None and self.magnet.settings["lr_follows_below"] is not None):
+            for group in optimizer.param_groups:
+                group["lr"] = frac * hp.lr
         stats = self.update(batch, optimizer)
         if self.keep_histogram_source:  # the Histograms callback reads it after this step, then drops it
             self.histogram_source = batch
