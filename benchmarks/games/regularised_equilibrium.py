@@ -11,6 +11,13 @@ PPO with ``norm_adv: true`` divides advantages by their per-minibatch std, so it
 
     python benchmarks/games/regularised_equilibrium.py --game leduc_poker --alphas 1,0.3,0.1,0.03,0.01
 
+With ``--ckpt`` (a PPO checkpoint of the game) and one ``--alphas`` value it says where that policy's exploitability
+comes from: information sets bucketed by how often self-play under the policy reaches them, each bucket's distance
+to the regularised equilibrium, and the exploitability of the policy with the equilibrium put in its place below or
+above each reach threshold:
+
+    python benchmarks/games/regularised_equilibrium.py --ckpt RUN/checkpoints/last.ckpt --alphas 0.2
+
 OpenSpiel's ``mmd_dilated`` is not this: its dilated entropy weights an information set's KL by the player's own reach
 only, so at a rarely dealt card its regulariser is far stronger than a sampled learner's.
 """
@@ -144,6 +151,61 @@ def exploitability(tree: Tree, policy: list[np.ndarray]) -> float:
     return float(pyspiel.nash_conv(tree.game, table)) / 2.0
 
 
+def self_play_reach(tree: Tree, policy: list[np.ndarray]) -> np.ndarray:
+    """Per information set: the probability that one game of self-play under ``policy`` reaches it."""
+    reach = np.ones(len(tree.kind))
+    for node in range(1, len(tree.kind)):
+        parent = tree.parent[node]
+        reach[node] = reach[parent] * tree.edge_prob[node]
+        if tree.kind[parent] == "decision":
+            reach[node] *= policy[tree.infoset[parent]][tree.edge_action[node]]
+    visits = np.zeros(len(tree.infoset_actions))
+    for node in range(len(tree.kind)):
+        if tree.kind[node] == "decision":
+            visits[tree.infoset[node]] += reach[node]
+    return visits
+
+
+def checkpoint_policy(tree: Tree, ckpt: str, env_id: str) -> list[np.ndarray]:
+    """A PPO checkpoint's action probabilities at every information set of the tree."""
+    from rl_lightning.algos import PPO
+    from rl_lightning.envs.games import OpenSpielEnv
+    from rl_lightning.games.exploitability import InfoStateTable, policy_probabilities
+
+    module = PPO.load_from_checkpoint(ckpt, map_location="cpu").eval()
+    table = InfoStateTable(OpenSpielEnv(env_id=env_id, observation="info_state"))
+    rows = policy_probabilities(module, table.batch).numpy()
+    policy: list[np.ndarray] = [np.empty(0)] * len(tree.infoset_actions)
+    for key, row in zip(table._keys, rows):
+        index = tree.infoset_index[key]
+        legal = row[tree.infoset_actions[index]]
+        policy[index] = legal / legal.sum()
+    return policy
+
+
+def diagnose(tree: Tree, policy: list[np.ndarray], equilibrium: list[np.ndarray]) -> None:
+    """Where ``policy``'s exploitability comes from, against the regularised ``equilibrium``."""
+    visits = self_play_reach(tree, policy)
+    distance = np.array([0.5 * np.abs(a - b).sum() for a, b in zip(policy, equilibrium)])
+    print(f"policy: exploitability {exploitability(tree, policy):.4f}; equilibrium: "
+          f"{exploitability(tree, equilibrium):.4f}")
+    print("| self-play reach of the information set | sets | total variation to the equilibrium: mean | max |")
+    print("|---|---:|---:|---:|")
+    edges = [1.0, 1e-2, 1e-3, 1e-4, 1e-5, 0.0]
+    for high, low in zip(edges, edges[1:]):
+        inside = (visits >= low) & (visits < high) if high < 1.0 else visits >= low
+        if inside.any():
+            mean, worst = distance[inside].mean(), distance[inside].max()
+            print(f"| [{low:g}, {high:g}) | {inside.sum()} | {mean:.3f} | {worst:.3f} |")
+    print("| reach threshold | exploitability: policy at or above it, equilibrium below | equilibrium at or above, "
+          "policy below |")
+    print("|---:|---:|---:|")
+    for threshold in edges[1:-1]:
+        above = [p if v >= threshold else q for p, q, v in zip(policy, equilibrium, visits)]
+        below = [q if v >= threshold else p for p, q, v in zip(policy, equilibrium, visits)]
+        print(f"| {threshold:g} | {exploitability(tree, above):.4f} | {exploitability(tree, below):.4f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--game", default="leduc_poker")
@@ -152,9 +214,15 @@ def main() -> None:
                         help="MMD step size η; too large for a weight and the iteration cycles instead of converging "
                              "(Leduc: 0.03 converges down to α 0.1, 0.5 cycles at α 0.3)")
     parser.add_argument("--iterations", type=int, default=400, help="per weight, each warm-started from the last")
+    parser.add_argument("--ckpt", help="a PPO checkpoint of the game: where its exploitability comes from")
     args = parser.parse_args()
     started = time.perf_counter()
     tree = Tree(pyspiel.load_game(args.game))
+    if args.ckpt:
+        alpha = float(args.alphas.split(",")[0])
+        equilibrium, _ = regularised_equilibrium(tree, alpha, args.step, args.iterations)
+        diagnose(tree, checkpoint_policy(tree, args.ckpt, f"open_spiel:{args.game}"), equilibrium)
+        return
     print(f"{args.game}: {len(tree.kind)} nodes, {len(tree.infoset_actions)} information sets "
           f"({time.perf_counter() - started:.1f} s)")
     print("| magnet weight α (payoff units) | exploitability: regularised equilibrium | last step's change "
