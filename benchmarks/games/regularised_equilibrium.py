@@ -220,7 +220,10 @@ def main() -> None:
     tree = Tree(pyspiel.load_game(args.game))
     if args.ckpt:
         alpha = float(args.alphas.split(",")[0])
-        equilibrium, _ = regularised_equilibrium(tree, alpha, args.step, args.iterations)
+        equilibrium = None
+        for weight in [w for w in (1.0, 0.5, 0.3) if w > alpha] + [alpha]:  # warm-started down the weights, as above
+            equilibrium, change = regularised_equilibrium(tree, weight, args.step, args.iterations, equilibrium)
+        print(f"equilibrium at weight {alpha:g}: last step's change {change:.1e}")
         diagnose(tree, checkpoint_policy(tree, args.ckpt, f"open_spiel:{args.game}"), equilibrium)
         return
     print(f"{args.game}: {len(tree.kind)} nodes, {len(tree.infoset_actions)} information sets "
