@@ -43,8 +43,7 @@ _NETS = ("encoder", "actor")  # what the magnet copies: the policy's path from o
 def magnet_settings(spec: str | dict[str, Any]) -> dict[str, Any]:
     """``model.magnet`` checked: a magnet name (``initial``) or ``{kind, coef, schedule, final_coef,
     decay_env_steps, ema_tau, ema_start_env_steps, ema_coef, ema_final_tau, reset_env_steps, lr_follows_below}``;
-    defaults filled
-    in. One-line ``ConfigError`` naming the bad field."""
+    defaults filled in. One-line ``ConfigError`` naming the bad field."""
     settings: dict[str, Any] = {"kind": "uniform", "coef": 0.05, "schedule": "constant", "final_coef": 0.0,
                                 "decay_env_steps": None, "ema_tau": 0.01, "ema_start_env_steps": None,
                                 "ema_coef": None, "ema_final_tau": None, "reset_env_steps": None,
