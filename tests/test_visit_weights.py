@@ -53,7 +53,8 @@ def _naive_loss(module: PPO, mb: dict[str, torch.Tensor], weight: torch.Tensor, 
         kl = sum(torch.exp(logits[a] - log_z) * (logits[a] - log_z + torch.log(torch.tensor(len(legal) * 1.0)))
                  for a in legal)  # fmt: skip
         value = module.critic(features)[0, 0]
-        total = total + weight[i] * (surrogate + coef * kl) / rows + 0.5 * 0.5 * (value - mb[keys.RETURN][i]) ** 2 / rows
+        value_loss = 0.5 * (value - mb[keys.RETURN][i]) ** 2
+        total = total + (weight[i] * (surrogate + coef * kl) + 0.5 * value_loss) / rows
     return total
 
 
