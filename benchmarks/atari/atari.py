@@ -141,9 +141,10 @@ def print_throughput(r: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 # learning: PPO Breakout through the CLI, read back from TensorBoard
 # ----------------------------------------------------------------------------------------------------------------
-def run_learning(out: Path, total_env_steps: int, seed: int) -> Path:
+def run_learning(out: Path, total_env_steps: int, seed: int, extra: list[str] | None = None) -> Path:
     cmd = [sys.executable, "-m", "rl_lightning.cli", "fit", "--config", str(REPO / "configs" / "ppo_atari.yaml")]
     cmd += ["--seed_everything", str(seed), "--data.init_args.total_env_steps", str(total_env_steps)]
+    cmd += extra or []
     cmd += ["--trainer.logger.init_args.save_dir", str(out), "--trainer.enable_progress_bar", "false"]
     print("  $", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=out)
@@ -319,6 +320,8 @@ def main() -> None:
     parser.add_argument("--fit-steps", type=int, default=8192, help="end-to-end and memory: env steps of the fit")
     parser.add_argument("--out", type=Path, default=Path("."), help="learning: log directory")
     parser.add_argument("--total-env-steps", type=int, default=1_000_000, help="learning: agent steps")
+    parser.add_argument("--fit-args", default="", help="learning: more options for the fit, e.g. "
+                        "'--data.init_args.num_actors 1' (collection in an actor process)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--read", type=Path, default=None, help="only print the tables of a finished learning run")
     parser.add_argument("--presets", default="XS,S", help="dreamer: model sizes")
@@ -339,7 +342,7 @@ def main() -> None:
         print_memory(run_memory(args.ring_rows, args.fit_steps))
     if "learning" in sections:
         args.out.mkdir(parents=True, exist_ok=True)
-        print_curve(run_learning(args.out.resolve(), args.total_env_steps, args.seed))
+        print_curve(run_learning(args.out.resolve(), args.total_env_steps, args.seed, args.fit_args.split()))
 
 
 if __name__ == "__main__":
