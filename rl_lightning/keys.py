@@ -34,11 +34,6 @@ RETURN = "return"
 # PPO's minibatches when the encoder is a fixed decoding (``networks/encoders.py``, e.g. ``hearts``): each rollout row
 # decoded once per update, the minibatches carry its features instead of ``obs``.
 FEATURES = "features"
-# PPO's ``visit_weight_power``: each row's weight in the policy and magnet terms (absent when the power is 0).
-VISIT_WEIGHT = "visit_weight"
-# PPO's ``all_actions``: the policy at the update's start over every action; each action's advantage from the Q head.
-BEHAVIOUR_PROBS = "behaviour_probs"
-ACTION_ADVANTAGE = "action_advantage"
 
 # SPO search outputs, stored per replay row (spo.md §1.4).
 SAMPLED_ACTIONS = "sampled_actions"  # [N(, D)] the surviving particles' root actions: the target's support

@@ -146,9 +146,7 @@ class Magnet(nn.Module):
             magnet = None if uniform else functional_call(module.actor, self._weights("actor"), (features,))
         else:
             features, magnet = module.encoder(mb[keys.OBS]), self.magnet_logits(module, mb[keys.OBS])
-        kl = magnet_kl(module.actor(features), magnet, mask)
-        weight = mb.get(keys.VISIT_WEIGHT)  # PPO's visit_weight_power: the same weights as the policy term's
-        kl = kl.mean() if weight is None else (kl * weight).mean()
+        kl = magnet_kl(module.actor(features), magnet, mask).mean()
         detached = kl.detach()
         self._kl_sum = detached if self._kl_sum is None else self._kl_sum + detached
         self._steps += 1

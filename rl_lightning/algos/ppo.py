@@ -20,11 +20,10 @@ from rl_lightning.algos.ppo_update import TERM_NAMES, PPOUpdate
 from rl_lightning.algos.selfplay_targets import TRAIN_KEY
 from rl_lightning.envs.base import ACTION_KINDS, EnvSpec, require_action_kind
 from rl_lightning.errors import ConfigError, check_fields, require_torch_compile
-from rl_lightning.networks import distributions as D
 from rl_lightning.networks.encoders import ObsEncoder
 from rl_lightning.networks.mlp import flat_size, mlp
 from rl_lightning.networks.normalizers import RewardScaler, observation_normalizer
-from rl_lightning.objectives.ppo import all_actions_policy_loss, explained_variance, ppo_loss
+from rl_lightning.objectives.ppo import explained_variance, ppo_loss
 
 REWARD_RETURNS_KEY = "reward_scaler_returns"
 __all__ = ["PPO", "REWARD_RETURNS_KEY", "TERM_NAMES", "TRAIN_KEY"]  # TERM_NAMES, TRAIN_KEY: RecurrentPPO, benchmarks
@@ -116,21 +115,6 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
             ``ema`` or ``initial`` (the ``init_weights`` policy), or ``{kind, coef, schedule: constant | linear |
             exponential, final_coef, decay_env_steps, ema_tau, lr_follows_below, ...}`` (``lr_follows_below``: below
             that weight the lr is scaled by ``weight / lr_follows_below``); logs ``train/magnet_kl``. ``None``: off.
-        visit_weight_power: weigh each row's policy and magnet terms by ``c^-p`` (normalised to mean 1 over the
-            rollout), where ``c`` counts the rollout's rows with the same observation: an information state visited
-            ``c`` times then moves about as far per update as one visited once, as in tabular MMD or CFR, whose
-            step at an information set does not shrink with how often play reaches it (a policy gradient's does: in
-            Leduc the sets reached in 1e-4 to 1e-2 of games lag the equilibrium). 0 (default): every row weighs 1.
-            Needs a single-array observation (an ``info_state`` of perfect recall identifies the information set);
-            the value loss stays unweighted.
-        all_actions: (Discrete actions) learn a Q head ``Q(s, ·)`` beside the value head, on the same λ-returns
-            for the action taken, and move the policy by every legal action's advantage ``Q(s, a) − Σ_b π(b|s)
-            Q(s, b)`` at each visited state (PPO's clipped surrogate in expectation over the update's starting
-            policy: ``objectives/ppo.py`` ``all_actions_policy_loss``; Q-based policy gradient, Srinivasan et al.
-            2018) instead of one sampled action's GAE advantage: no noise from the sampled action, which dominates
-            the update at rarely visited states. GAE, the value head and its targets are unchanged; ``norm_adv``
-            divides the action advantages by the minibatch's std of the sampled ones (the magnet keeps its units);
-            ``train/loss_value`` is the value and Q losses summed.
         critic_warmup_updates: for this many first updates only the value loss trains (the actor keeps its
             ``init_weights``, e.g. a behaviour-cloned policy, while the critic learns its values, so the first policy
             updates follow meaningful advantages). 0: off.
@@ -174,8 +158,6 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         init_weights: str | None = None,
         histograms_every_n_updates: int | None = None,
         magnet: str | dict[str, Any] | None = None,
-        visit_weight_power: float = 0.0,
-        all_actions: bool = False,
         critic_warmup_updates: int = 0,
     ) -> None:
         super().__init__(env_spec)
@@ -190,9 +172,6 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
                 "not per seat); set model.normalize_reward: false"
             )
         require_action_kind(spec, "PPO", ACTION_KINDS)
-        if visit_weight_power and spec.obs_keys:
-            raise ConfigError("model.visit_weight_power counts rows with the same observation, which needs a single-"
-                              "array observation; this env's is a Dict: set visit_weight_power: 0")  # fmt: skip
         self.encoder = ObsEncoder(spec, encoder)
         self.critic_encoder = None if share_encoder else ObsEncoder(spec, encoder)
         obs_dim = self.encoder.out_dim
@@ -203,12 +182,6 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         self.action_width = out_dim
         self.actor = mlp(obs_dim, out_dim, hidden_sizes, activation, output_gain=0.01, orthogonal=ortho_init)
         self.critic = mlp(obs_dim, 1, hidden_sizes, activation, output_gain=1.0, orthogonal=ortho_init)
-        self.q_critic = None
-        if all_actions:
-            if kind != "discrete":
-                raise ConfigError(f"model.all_actions=true learns Q(s, a) for every action, which needs Discrete "
-                                  f"actions; this env's actions are {kind}: set all_actions: false")  # fmt: skip
-            self.q_critic = mlp(obs_dim, out_dim, hidden_sizes, activation, output_gain=1.0, orthogonal=ortho_init)
         if sde and (kind != "box" or not hidden_sizes):
             raise ConfigError(f"model.sde=true needs Box actions and hidden layers (gSDE reads the actor's last hidden "
                               f"features); this env has {kind} actions and hidden_sizes={list(hidden_sizes)}: set "
@@ -298,8 +271,6 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         """``(loss, terms)`` of one minibatch: the PPO loss to back-propagate and the ``TERM_NAMES`` values but the
         gradient norm, stacked and detached. Pure tensor code, so ``torch.compile`` can fuse it (``compile_update``)."""
         hp = self.hparams
-        if self.q_critic is not None:
-            return self._all_actions_minibatch_loss(mb)
         logprob, entropy, value = self._evaluate_minibatch(mb)
         advantage = mb[keys.ADVANTAGE]
         if hp.norm_adv:
@@ -316,41 +287,11 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
             hp.clip_vloss,
             hp.vf_coef,
             hp.ent_coef,
-            mb.get(keys.VISIT_WEIGHT),
         )
         loss = terms["loss"] if self.magnet is None else terms["loss"] + self.magnet.loss(self, mb)
         # ``self.updates`` is read only with a warm-up: an int attribute is a static guard of ``torch.compile``, so
         # reading it recompiles the compiled loss (``compile_update``) at every update.
         if hp.critic_warmup_updates and self.updates < hp.critic_warmup_updates:  # the actor waits; the critic learns
-            loss = hp.vf_coef * terms["loss_value"]
-        return loss, torch.stack([terms[name] for name in TERM_NAMES[:-1]]).detach()
-
-    def _all_actions_minibatch_loss(self, mb: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``minibatch_loss`` with ``all_actions``: the policy term from every action's Q advantage (computed at the
-        update's start, ``PPOUpdate.all_actions_columns``), the Q head regressed on the taken action's λ-return."""
-        hp = self.hparams
-        features = mb[keys.FEATURES] if keys.FEATURES in mb else self.encoder(mb[keys.OBS])
-        critic_features = features
-        if keys.FEATURES not in mb and self.critic_encoder is not None:
-            critic_features = self.critic_encoder(mb[keys.OBS])
-        mask = mb.get(keys.ACTION_MASK)
-        logits = D.masked_logits(self.actor(features), mask)
-        logprob, entropy = D.categorical_log_prob(logits, mb[keys.ACTION]), D.categorical_entropy(logits)
-        value, q = self.critic(critic_features).squeeze(-1), self.q_critic(critic_features)
-        advantage, action_advantage = mb[keys.ADVANTAGE], mb[keys.ACTION_ADVANTAGE]
-        if hp.norm_adv:  # the sampled advantages' scale, so the magnet's weight keeps its units
-            action_advantage = action_advantage / (advantage.std() + 1e-8)
-        clip = self.clip_now if hp.anneal_clip else hp.clip_coef
-        weight = mb.get(keys.VISIT_WEIGHT)
-        terms = ppo_loss(logprob, mb[keys.LOGPROB], advantage, value, mb[keys.VALUE], mb[keys.RETURN], entropy, clip,
-                         hp.clip_vloss, hp.vf_coef, hp.ent_coef, weight)  # fmt: skip
-        terms["loss_policy"] = all_actions_policy_loss(logits, mb[keys.BEHAVIOUR_PROBS], action_advantage, mask, clip,
-                                                       weight)  # fmt: skip
-        q_taken = q.gather(-1, mb[keys.ACTION].long().unsqueeze(-1)).squeeze(-1)
-        terms["loss_value"] = terms["loss_value"] + 0.5 * ((q_taken - mb[keys.RETURN]) ** 2).mean()
-        terms["loss"] = terms["loss_policy"] + hp.vf_coef * terms["loss_value"] + hp.ent_coef * terms["loss_entropy"]
-        loss = terms["loss"] if self.magnet is None else terms["loss"] + self.magnet.loss(self, mb)
-        if hp.critic_warmup_updates and self.updates < hp.critic_warmup_updates:
             loss = hp.vf_coef * terms["loss_value"]
         return loss, torch.stack([terms[name] for name in TERM_NAMES[:-1]]).detach()
 
@@ -420,7 +361,6 @@ def _check_hparams(hp: Any) -> None:
         ("norm_clip_obs", hp.norm_clip_obs > 0, "use a positive bound, e.g. 10"),
         ("norm_clip_reward", hp.norm_clip_reward > 0, "use a positive bound, e.g. 10"),
         ("critic_warmup_updates", hp.critic_warmup_updates >= 0, "use 0 (off) or a number of updates"),
-        ("visit_weight_power", hp.get("visit_weight_power", 0.0) >= 0, "use 0 (off) or a power such as 0.5 or 1"),
         (
             "critic_warmup_updates",
             not (hp.critic_warmup_updates and hp.get("compile_update")),

@@ -17,19 +17,11 @@ from rl_lightning import keys, stop
 from rl_lightning.algos.optimizer_steps import OptimizerSteps
 from rl_lightning.algos.selfplay_targets import selfplay_targets
 from rl_lightning.errors import ConfigError
-from rl_lightning.networks import distributions as D
 from rl_lightning.objectives.gae import generalized_advantage_estimate
 
 # What one optimiser step reports, in this order (logged as ``train/<name>``, averaged over the update's steps).
 TERM_NAMES = ("loss", "loss_policy", "loss_value", "loss_entropy", "approx_kl", "clip_fraction", "entropy", "grad_norm")
 _UPDATE_KEYS = (keys.OBS, keys.ACTION, keys.LOGPROB, keys.VALUE, keys.ADVANTAGE, keys.RETURN)
-
-
-def visit_weights(obs: torch.Tensor, power: float) -> torch.Tensor:
-    """``c^-power`` per row of ``obs`` ``[N, ...]``, ``c`` the number of rows equal to it, scaled to mean 1."""
-    _, inverse, counts = torch.unique(obs.reshape(len(obs), -1), dim=0, return_inverse=True, return_counts=True)
-    weight = counts[inverse].to(torch.float32).pow(-power)
-    return weight / weight.mean()
 
 
 class PPOUpdate:
@@ -117,10 +109,6 @@ class PPOUpdate:
             columns[keys.OBS] = obs
         if keys.ACTION_MASK in batch:
             columns[keys.ACTION_MASK] = batch[keys.ACTION_MASK]
-        if getattr(self, "q_critic", None) is not None:
-            columns.update(self.all_actions_columns(columns))
-        if hp.get("visit_weight_power", 0.0):  # counted on the raw observations: one row per information state
-            columns[keys.VISIT_WEIGHT] = visit_weights(batch[keys.OBS], hp.visit_weight_power).to(obs.dtype)
 
         def epoch() -> Iterator[dict[str, Any]]:
             perm = torch.randperm(batch.numel(), generator=self.generator)[:size].to(batch.device)
@@ -129,25 +117,6 @@ class PPOUpdate:
                 yield {key: value[start : start + minibatch] for key, value in shuffled.items()}
 
         return self.run_epochs(optimizer, epoch)
-
-    @torch.no_grad()
-    def all_actions_columns(self, columns: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """PPO's ``all_actions``: the policy at the update's start over every action (the surrogate's behaviour
-        policy; at lag 0 the one that acted) and each action's advantage ``Q(s, a) − Σ_b π(b|s) Q(s, b)`` from the
-        Q head, both ``[N, A]`` and 0 at illegal actions, frozen for the update as GAE's advantages are."""
-        features = columns.get(keys.FEATURES)
-        if features is None:
-            features = self.encoder(columns[keys.OBS])
-            critic_features = features if self.critic_encoder is None else self.critic_encoder(columns[keys.OBS])
-        else:
-            critic_features = features
-        mask = columns.get(keys.ACTION_MASK)
-        probs = torch.softmax(D.masked_logits(self.actor(features), mask), -1)
-        q = self.q_critic(critic_features)
-        advantage = q - (probs * q).sum(-1, keepdim=True)
-        if mask is not None:
-            probs, advantage = probs.masked_fill(~mask, 0.0), advantage.masked_fill(~mask, 0.0)
-        return {keys.BEHAVIOUR_PROBS: probs, keys.ACTION_ADVANTAGE: advantage}
 
     def run_epochs(self, optimizer: Any, epoch: Callable[[], Iterator[dict[str, Any]]]) -> TensorDict:
         """``update_epochs`` passes of ``epoch()``'s minibatches, one optimiser step each; a stop request abandons
