@@ -321,7 +321,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("."), help="learning: log directory")
     parser.add_argument("--total-env-steps", type=int, default=1_000_000, help="learning: agent steps")
     parser.add_argument("--fit-args", default="", help="learning: more options for the fit, e.g. "
-                        "'--data.init_args.num_actors 1' (collection in an actor process)")
+                        "'--data.init_args.num_actors 1' (collection in an actor process)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--read", type=Path, default=None, help="only print the tables of a finished learning run")
     parser.add_argument("--presets", default="XS,S", help="dreamer: model sizes")
