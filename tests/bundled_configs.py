@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # config stem -> the module its optional extra installs
 NEEDS_EXTRA = {
     "ppo_halfcheetah": "mujoco",
+    "ppo_halfcheetah_async": "mujoco",
     "spo_halfcheetah": "mujoco",
     "ppo_hearts": "pyspiel",
     "ppo_connect_four": "pyspiel",

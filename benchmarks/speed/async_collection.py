@@ -4,9 +4,12 @@ by side in one run, interleaved seed by seed, with wall and CPU seconds for ever
     python benchmarks/speed/async_collection.py --quick                       # every section, short budgets
     python benchmarks/speed/async_collection.py --seeds 0,1,2                 # the throughput figures
     python benchmarks/speed/async_collection.py --sections halfcheetah --full --seeds 0,1,2   # time to 3,000, 1M return
+    python benchmarks/speed/async_collection.py --sections halfcheetah --full --seeds 0,1,2 --full-steps 204800 \
+        --actors 1@ppo_halfcheetah_async.yaml,0@ppo_halfcheetah_async.yaml      # the async recipe, serial beside
     python benchmarks/speed/async_collection.py --sections breakout --full    # Breakout learning curves to 1M
 
-Sections (each its own function; sides in ``--actors``: 0 = serial, N actors, Ns = N actors with actor_env_splits 2):
+Sections (each its own function; sides in ``--actors``: 0 = serial, N actors, Ns = N actors with actor_env_splits 2,
+N@FILE = N actors on another bundled config, e.g. ``1@ppo_halfcheetah_async.yaml``):
   halfcheetah  PPO ``ppo_halfcheetah.yaml`` against SB3 (rl-zoo settings) and Sample Factory 2.1's MuJoCo example:
                env steps/s over ``--cheetah-steps``; ``--full``: training seconds to the first evaluation >= 3,000
                (5 deterministic episodes every 10,240 env steps, their time taken out) and ours' 1M-step return.
@@ -36,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,12 +155,15 @@ def scalars(run_dir: str | Path) -> dict[str, list[Any]]:
 
 def ours(section: str, side_name: str, seed: int, out: Path, extra: list[str], evaluation: dict | None = None) -> Run:
     """One fit of the section's config with ``num_actors=N`` (``side_name`` "N", or "Ns": N actors with
-    ``actor_env_splits: 2``); perf and eval series read from its events."""
+    ``actor_env_splits: 2``; "N@FILE": another bundled config, e.g. "1@ppo_halfcheetah_async.yaml"); perf and eval
+    series read from its events."""
+    side_name, _, config = side_name.partition("@")
     actors, splits = int(side_name.rstrip("s")), 2 if side_name.endswith("s") else 1
     side = "serial" if actors == 0 else f"async {actors}" + (" split" if splits == 2 else "")
-    version = f"{section}_a{side_name}_s{seed}"
+    side += f" {Path(config).stem}" if config else ""
+    version = f"{section}_a{side_name}{'_' + Path(config).stem if config else ''}_s{seed}"
     spec = json.dumps(evaluation or {})
-    cmd = [sys.executable, __file__, "_fit", CONFIGS[section], str(seed), str(out), version, spec]
+    cmd = [sys.executable, __file__, "_fit", config or CONFIGS[section], str(seed), str(out), version, spec]
     cmd += ["--data.init_args.num_actors", str(actors), *extra]
     cmd += ["--data.init_args.actor_env_splits", "2"] if splits == 2 else []  # DreamerV3's datamodule has no splits
     cmd += OURS_EXTRA
@@ -271,8 +278,11 @@ def dreamer(args: argparse.Namespace, seed: int, out: Path, section: str = "drea
             learner = statistics.median(e.value for e in series["perf/learner_ms"])
             run.extra["perf/actor_busy"] = actor / (actor + learner)
             run.extra["perf/learner_busy"] = learner / (actor + learner)
-        print(f"  [{section} {run.side} seed {seed}] return at {steps:,}: "
-              f"{run.extra['evals'][-1][1] if run.extra.get('evals') else float('nan'):.1f}", flush=True)
+        print(
+            f"  [{section} {run.side} seed {seed}] return at {steps:,}: "
+            f"{run.extra['evals'][-1][1] if run.extra.get('evals') else float('nan'):.1f}",
+            flush=True,
+        )
     return runs
 
 
@@ -290,7 +300,7 @@ def med(values: list[float]) -> float:
 
 def print_table(runs: list[Run]) -> None:
     print("\n== Collection beside learning: medians over seeds (per-seed rates in brackets) ==")
-    head = f"{'section':<13}{'side':<15}{'steps/s':>8}  {'per seed':<22}{'x serial':>9}{'x peer':>8}"
+    head = f"{'section':<13}{'side':<32}{'steps/s':>8}  {'per seed':<22}{'x serial':>9}{'x peer':>8}"
     head += f"{'train s':>9}{'CPU s':>8}{'proc s':>8}{'proc CPU':>9}{'actor busy':>11}{'learner':>8}"
     head += f"{'lag':>4}{'load':>6}"
     print(head)
@@ -305,7 +315,7 @@ def print_table(runs: list[Run]) -> None:
             busy = med([r.extra.get("perf/actor_busy", float("nan")) for r in rs])
             learner = med([r.extra.get("perf/learner_busy", float("nan")) for r in rs])
             lag = max((r.extra.get("lag_max", float("nan")) for r in rs), default=float("nan"))
-            print(f"{section:<13}{side:<15}{rate:>8,.0f}  {per:<22}{rate / serial:>9.2f}{rate / peer:>8.2f}"
+            print(f"{section:<13}{side:<32}{rate:>8,.0f}  {per:<22}{rate / serial:>9.2f}{rate / peer:>8.2f}"
                   f"{med([r.train_seconds for r in rs]):>9.1f}{med([r.cpu_seconds for r in rs]):>8.1f}"
                   f"{med([r.proc_seconds for r in rs]):>8.1f}{med([r.proc_cpu for r in rs]):>9.1f}"
                   f"{busy:>11.2f}{learner:>8.2f}{lag:>4.0f}{med([r.load for r in rs]):>6.1f}")  # fmt: skip
@@ -318,6 +328,7 @@ def print_learning(runs: list[Run]) -> None:
     if not learned:
         return
     print("\n== Learning: training seconds to the first evaluation >= 3,000 (HalfCheetah --full), last evaluation ==")
+    crossed: dict[str, dict[int, float]] = defaultdict(dict)  # side -> seed -> training seconds to 3,000
     for r in learned:
         evals = r.extra.get("evals") or [(s, v, None) for s, v in (r.extra.get("history") or [])]
         first = next(((s, t) for s, v, t in evals if v >= CHEETAH_TARGET), None)
@@ -328,7 +339,17 @@ def print_learning(runs: list[Run]) -> None:
         last = f"{evals[-1][1]:,.1f} at {evals[-1][0]:,}" if evals and evals[-1][1] is not None else "-"
         cross = f"{first[1]:,.0f} s at {first[0]:,} env steps" if first and first[1] is not None else "not reached"
         cross = f"to 3,000 {cross}; " if r.section == "halfcheetah" else ""
-        print(f"  {r.section:<12} {r.side:<15} seed {r.seed}: {cross}last {last}")
+        print(f"  {r.section:<12} {r.side:<32} seed {r.seed}: {cross}last {last}")
+        if r.section == "halfcheetah" and first and first[1] is not None:
+            crossed[r.side][r.seed] = first[1]
+    peer = crossed.get("SB3", {})
+    for side, seconds in crossed.items():
+        ratios = [seconds[seed] / peer[seed] for seed in seconds if seed in peer]
+        if side != "SB3" and ratios:
+            print(
+                f"  halfcheetah  {side:<32} seconds to 3,000 / SB3's, per seed "
+                f"{', '.join(f'{x:.2f}' for x in ratios)}; median {statistics.median(ratios):.2f}"
+            )
 
 
 def main() -> None:
@@ -338,7 +359,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {', '.join(SECTIONS)}")
     parser.add_argument("--seeds", default="0", help="comma list; every side of a section runs per seed in turn")
-    parser.add_argument("--actors", default=None, help="sides, e.g. 0,1,1s (0 serial; 1s: 1 actor, env splits 2)")
+    parser.add_argument(
+        "--actors",
+        default=None,
+        help="sides, e.g. 0,1,1s (0 serial; 1s: 1 actor, env splits 2; "
+        "1@ppo_halfcheetah_async.yaml: 1 actor, another bundled config)",
+    )
     parser.add_argument("--quick", action="store_true", help="short budgets: check every section runs")
     parser.add_argument("--full", action="store_true", help="halfcheetah: time to 3,000 and 1M; breakout: 1M curve")
     parser.add_argument("--sb3-python", default="/work/peers/sb3/bin/python", help="'' leaves SB3 out")
