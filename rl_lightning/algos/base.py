@@ -13,6 +13,7 @@ from tensordict import TensorDict
 
 from rl_lightning import keys, stop
 from rl_lightning.algos.histograms import FIELD as HISTOGRAMS_FIELD
+from rl_lightning.algos.optimizer_steps import fresh_low_precision_weights
 from rl_lightning.algos.policy_io import obs_batch
 from rl_lightning.data.actors import PolicyFactory
 from rl_lightning.env_step_log import finite_only, log_at_env_step, publish_to_callbacks, to_floats
@@ -133,6 +134,7 @@ class RLModule(pl.LightningModule):
         for index in range(batches.batch_size[0]):
             stop.check()  # a stop request abandons the update; the checkpoint is the previous one's
             terms = self._gradient_step(batches[index], optimizer)
+            fresh_low_precision_weights()  # the next step's forward must read this step's weights (bf16-mixed)
             totals = terms if totals is None else totals + terms
         if totals is None:
             raise ValueError("step_each got no batches (leading dim 0)")

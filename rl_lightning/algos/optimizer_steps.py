@@ -8,6 +8,12 @@ overridden anywhere, all of that reduces to ``loss.backward()``, ``optimizer.ste
 class then calls torch directly and credits Lightning's counter once per update, so ``trainer.global_step`` still
 counts optimiser steps. Anything else (DDP, mixed precision, a callback that watches gradients) keeps the
 wrappers.
+
+Several optimiser steps inside one ``training_step`` also meet mixed precision: Lightning's ``bf16-mixed`` (and
+``16-mixed``) wraps the whole ``training_step`` in one ``torch.autocast`` region, and autocast caches each weight's
+low-precision copy until that region ends. An in-place optimiser step does not invalidate the cache, so every
+forward after the first step would read the weights as they were before it. ``fresh_low_precision_weights`` drops
+the cache after each step; ``OptimizerSteps.step`` and ``RLModule.step_each`` call it.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ class OptimizerSteps:
 
     def step(self) -> None:
         self.optimizer.step()
+        fresh_low_precision_weights()
         self.steps += 1
 
     def zero_grad(self) -> None:
@@ -64,6 +71,12 @@ class OptimizerSteps:
             tracker.ready += self.steps
             tracker.completed += self.steps
         self.steps = 0
+
+
+def fresh_low_precision_weights() -> None:
+    """After an optimiser step inside an autocast region: drop autocast's cached low-precision weight copies, so the
+    next forward casts the updated weights (the cache lives until the outermost region exits; see the module doc)."""
+    torch.clear_autocast_cache()  # outside autocast the cache is empty: nothing to test first
 
 
 def _wrappers_do_nothing(trainer: pl.Trainer, module: pl.LightningModule) -> bool:

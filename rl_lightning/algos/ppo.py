@@ -180,8 +180,10 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
             kind, flat_size(spec.action_shape)
         )
         self.action_width = out_dim
-        self.actor = mlp(obs_dim, out_dim, hidden_sizes, activation, output_gain=0.01, orthogonal=ortho_init)
-        self.critic = mlp(obs_dim, 1, hidden_sizes, activation, output_gain=1.0, orthogonal=ortho_init)
+        self.actor = mlp(
+            obs_dim, out_dim, hidden_sizes, activation, output_gain=0.01, orthogonal=ortho_init, float32=True
+        )
+        self.critic = mlp(obs_dim, 1, hidden_sizes, activation, output_gain=1.0, orthogonal=ortho_init, float32=True)
         if sde and (kind != "box" or not hidden_sizes):
             raise ConfigError(f"model.sde=true needs Box actions and hidden layers (gSDE reads the actor's last hidden "
                               f"features); this env has {kind} actions and hidden_sizes={list(hidden_sizes)}: set "

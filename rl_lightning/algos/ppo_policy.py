@@ -64,7 +64,7 @@ class PPOPolicy:
             mean = self.actor(features)
             return mean, self.log_std.expand_as(mean), None
         latent = self.actor[:-1](features)
-        return self.actor[-1](latent), sde_log_std(latent, self.log_std), latent
+        return self.actor[-1:](latent), sde_log_std(latent, self.log_std), latent  # [-1:]: a Float32Head
 
     @property
     def acts_from_noise(self) -> bool:

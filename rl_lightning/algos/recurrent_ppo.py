@@ -89,8 +89,10 @@ class RecurrentPPO(PPO):
         critic_in = (self.encoder if self.critic_encoder is None else self.critic_encoder).out_dim
         self.cores = RecurrentCores(self.encoder.out_dim, critic_in, core, core_size, shared_core)
         ortho = hp.ortho_init
-        self.actor = mlp(core_size, self.action_width, hidden_sizes, hp.activation, output_gain=0.01, orthogonal=ortho)
-        self.critic = mlp(core_size, 1, hidden_sizes, hp.activation, output_gain=1.0, orthogonal=ortho)
+        self.actor = mlp(
+            core_size, self.action_width, hidden_sizes, hp.activation, output_gain=0.01, orthogonal=ortho, float32=True
+        )
+        self.critic = mlp(core_size, 1, hidden_sizes, hp.activation, output_gain=1.0, orthogonal=ortho, float32=True)
         self._value_when_acting = True  # the critic's state is only right during the sequential pass
         self._rollout_shape: tuple[int, int] | None = None
 
