@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 from helpers import tiny_dreamer, tiny_ppo, trainer
 from tensordict import TensorDict
@@ -17,6 +18,7 @@ from rl_lightning.data.collector import Collector
 from rl_lightning.data.sequence_collector import SequenceCollector
 from rl_lightning.envs import BatchedEnv, CartPole, ClassSpec, GymnasiumEnv
 from rl_lightning.evaluation import random_action
+from rl_lightning.networks.cnn import impala_cnn, nature_cnn
 from rl_lightning.networks.mlp import Float32Head
 
 PIXELS = ClassSpec("tests.space_envs.Pixels", {"with_state": False, "length": 5})
@@ -136,3 +138,16 @@ def test_replay_gradient_steps_in_one_autocast_region_read_fresh_weights() -> No
     reference.update(batches, reference_opt)
     for (name, got), want in zip(module.named_parameters(), reference.parameters()):
         torch.testing.assert_close(got, want, rtol=0, atol=0, msg=f"{name} after two gradient steps")
+
+
+@pytest.mark.parametrize("builder", [nature_cnn, impala_cnn])
+def test_cnn_casts_uint8_frames_straight_to_bfloat16_with_autocasts_own_result(builder) -> None:
+    encoder = builder((4, 40, 40))
+    frames = torch.randint(0, 256, (6, 4, 40, 40), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad(), bf16():
+        got = encoder(frames)
+        want = encoder.trunk(frames.float() / 255.0)  # autocast casts the float32 frames at the first convolution
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with torch.no_grad():  # outside autocast: float32 as before
+        assert encoder(frames).dtype == torch.float32
