@@ -29,6 +29,7 @@ from rl_lightning.callbacks.eval_requests import EvalRequests
 from rl_lightning.callbacks.histograms import Histograms, check_histograms_config
 from rl_lightning.callbacks.progress import EnvStepProgressBar
 from rl_lightning.cli_args import resolve_config_args
+from rl_lightning.cpu_bfloat16 import emulated_bfloat16_notice
 from rl_lightning.errors import ConfigError, nearest
 from rl_lightning.lineage import check_env_spec, check_family, check_weights_fit, read_checkpoint
 from rl_lightning.loggers import check_logger_config
@@ -241,6 +242,9 @@ class RLLightningCLI(LightningCLI):
     def before_fit(self) -> None:
         self._check_model_fits()
         self._check_checkpoint_fits()
+        notice = emulated_bfloat16_notice(self.trainer)
+        if notice:
+            pl.utilities.rank_zero_warn(notice)
 
     def before_validate(self) -> None:
         self._check_checkpoint_fits()

@@ -54,6 +54,12 @@ _NOTICES: tuple[tuple[str, type[Warning], str], ...] = (
         "torch.compile (PPO's compile_update): a module torch imports while compiling still decorates with it",
     ),
     (
+        r"Precision bf16-mixed is not supported by the model summary",
+        UserWarning,
+        "Lightning's model summary under trainer.precision bf16-mixed (ppo_atari_bf16.yaml): mixed precision keeps "
+        "the weights float32, so the 32-bit size it falls back to is the true one",
+    ),
+    (
         r"\s*By default only one JsonargparseDeprecationWarning per type is shown",
         DeprecationWarning,
         "jsonargparse's footnote to the first of those reads (it says how to see or hide the others)",
