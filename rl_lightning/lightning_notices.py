@@ -56,8 +56,8 @@ _NOTICES: tuple[tuple[str, type[Warning], str], ...] = (
     (
         r"Precision bf16-mixed is not supported by the model summary",
         UserWarning,
-        "Lightning's model summary under trainer.precision bf16-mixed (ppo_atari_bf16.yaml): mixed precision keeps "
-        "the weights float32, so the 32-bit size it falls back to is the true one",
+        "Lightning's model summary under trainer.precision bf16-mixed (pixel PPO's speed option): mixed precision "
+        "keeps the weights float32, so the 32-bit size it falls back to is the true one",
     ),
     (
         r"\s*By default only one JsonargparseDeprecationWarning per type is shown",
