@@ -37,6 +37,7 @@ from rl_lightning.algos.alphazero.puct import (
 )
 from rl_lightning.algos.ppo import PPO, ppo_arguments
 from rl_lightning.envs.base import BatchedEnv, EnvSpec
+from rl_lightning.envs.games.reflection import Reflection, board_reflection
 from rl_lightning.errors import ConfigError, check_fields
 from rl_lightning.networks import distributions as D
 from rl_lightning.objectives.alphazero import alphazero_loss, soft_cross_entropy
@@ -77,6 +78,10 @@ class AlphaZero(PPO):
             0: the root only (AlphaZero).
         tree_min_visits: a tree position qualifies with this many visits, or once solved.
         tree_coef: the weight of the tree positions' mean cross-entropy in the loss.
+        reflect: train each position, drawn anew per minibatch with probability 1/2, as its left-right mirror image
+            (observation, legal moves and policy targets mirrored, value kept: ``envs/games/reflection.py``), so the
+            network learns both orientations of every position it is shown (AlphaZero's augmentation by the board's
+            symmetry). Connect Four and tic-tac-toe; refused for other games.
         init_weights, histograms_every_n_updates: as PPO.
     """
 
@@ -114,6 +119,7 @@ class AlphaZero(PPO):
         tree_targets: int = 0,
         tree_min_visits: int = 8,
         tree_coef: float = 1.0,
+        reflect: bool = False,
         init_weights: str | None = None,
         histograms_every_n_updates: int | None = None,
     ) -> None:
@@ -139,7 +145,43 @@ class AlphaZero(PPO):
             raise ConfigError(f"AlphaZero searches masked discrete moves, but {self.env_spec.name} has "
                               f"{self.env_spec.action_kind} actions without masks; use a game env")  # fmt: skip
         self._value_when_acting = False  # ``process_rollout`` values the rollout in one batched forward
+        self.reflection = self._reflection() if reflect else None
         self.search = PUCTSearch(self.logits_and_value, simulations, c_puct, field="model.")
+
+    def _reflection(self) -> Reflection:
+        """The board's reflection for ``reflect``; refused in one line where it would be wrong."""
+        reflection = board_reflection(self.env_spec)
+        if reflection is None:
+            raise ConfigError(f"model.reflect=true: no left-right reflection is known for {self.env_spec.name} "
+                              f"(observation {list(self.env_spec.obs_shape)}); it is for open_spiel:connect_four "
+                              "and open_spiel:tic_tac_toe, observation tensor: set model.reflect: false")  # fmt: skip
+        if self.obs_normalizer is not None or self.decodes_once:
+            raise ConfigError(
+                "model.reflect=true mirrors the raw board, which normalize_obs or a fixed decoding "
+                "would not show: set model.normalize_obs: false, or model.reflect: false"
+            )
+        return reflection
+
+    def reflected(self, mb: dict[str, Any]) -> dict[str, Any]:
+        """``mb`` with a random half of its rows (one draw per row from ``self.generator``) mirrored: the
+        observations, legal masks, moves and policy targets, the tree positions' too; values and returns kept."""
+        reflection = self.reflection
+        assert reflection is not None
+        rows = len(mb[keys.OBS])
+        flip = torch.rand(rows, generator=self.generator).lt(0.5).to(mb[keys.OBS].device)
+
+        def pick(value: torch.Tensor, mirrored: torch.Tensor) -> torch.Tensor:
+            return torch.where(flip.view(-1, *([1] * (value.dim() - 1))), mirrored, value)
+
+        out = dict(mb)
+        out[keys.OBS] = pick(mb[keys.OBS], reflection.observations(mb[keys.OBS]))
+        out[keys.ACTION] = pick(mb[keys.ACTION], reflection.moves(mb[keys.ACTION]))
+        for key in (keys.ACTION_MASK, SEARCH_POLICY, TREE_MASK, TREE_POLICY):
+            if key in mb:
+                out[key] = pick(mb[key], reflection.per_move(mb[key]))
+        if TREE_OBS in mb:
+            out[TREE_OBS] = pick(mb[TREE_OBS], reflection.observations(mb[TREE_OBS]))
+        return out
 
     @property
     def update_keys(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -242,6 +284,8 @@ class AlphaZero(PPO):
     def minibatch_loss(self, mb: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(loss, terms)`` of one minibatch: AlphaZero's loss (``objectives/alphazero.py``) and its ``TERMS``
         but the gradient norm, stacked and detached."""
+        if self.reflection is not None:
+            mb = self.reflected(mb)
         if keys.FEATURES in mb:  # a fixed decoding, decoded once per update
             features = critic_features = mb[keys.FEATURES]
         else:
