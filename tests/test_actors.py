@@ -14,7 +14,7 @@ from rl_lightning.algos import PPO
 from rl_lightning.child_processes import pid_alive
 from rl_lightning.data.actors import ActorPool, PoolSettings
 from rl_lightning.data.collector import Collector
-from rl_lightning.envs import CartPole, GymnasiumEnv
+from rl_lightning.envs import CartPole, Catch, GymnasiumEnv
 from rl_lightning.envs.base import BatchedEnv
 from tests.actor_envs import HangOnceCartPole
 
@@ -82,6 +82,28 @@ def test_actor_rollouts_equal_the_serial_rollouts_for_the_same_weights_and_seed(
     serial = [collector.rollout(policy, 16, 0) for _ in range(2)]
     for actor_batch, serial_batch in zip(from_actor, serial, strict=True):
         _assert_same(actor_batch, serial_batch)
+
+
+def test_actors_act_in_the_learners_mixed_precision_as_the_serial_collector_does():
+    """``trainer.precision: bf16-mixed`` on a CPU learner: the serial collector acts inside Lightning's autocast
+    region, so the actors act in bfloat16 too and hand back the same rollout (not the float32 one)."""
+    env = Catch(size=8)
+    module = PPO(env_spec=env.spec, encoder="impala", hidden_sizes=(16,))
+    settings = PoolSettings(1, 4, 16, 1, 3, 60.0, 100, autocast_dtype=torch.bfloat16)
+    from_actor = _collect_at_version_0(
+        ActorPool(settings, env, module.policy_factory(), module.state_dict()), module, 2
+    )
+
+    def serial(low_precision: bool) -> list[TensorDict]:
+        collector = Collector(BatchedEnv(env, 4, "cpu", 100), seed=100 + 10_007)
+        policy = module.acting_policy(collector.env, training=True)
+        with torch.autocast("cpu", torch.bfloat16, enabled=low_precision):
+            return [collector.rollout(policy, 16, 0) for _ in range(2)]
+
+    for actor_batch, serial_batch in zip(from_actor, serial(True), strict=True):
+        _assert_same(actor_batch, serial_batch)
+    float32 = serial(False)
+    assert any(not torch.equal(a["value"], b["value"]) for a, b in zip(from_actor, float32, strict=True))
 
 
 @pytest.mark.parametrize("lag", [1, pytest.param(2, marks=pytest.mark.slow)])  # lag 1 (the default) in the default run
@@ -208,3 +230,18 @@ def test_episode_means_over_actors_weigh_each_actor_by_its_finished_episodes():
     assert "rollout/episodes" not in means
     idle = episode_means(episode_sums([actors[2]]))
     assert idle["rollout/episode_return"] != idle["rollout/episode_return"]  # NaN, as the serial path logs it
+
+
+@pytest.mark.parametrize(
+    ("precision", "device", "dtype"),
+    [("bf16-mixed", "cpu", torch.bfloat16), ("16-mixed", "cpu", torch.float16), ("32-true", "cpu", None),
+     ("bf16-true", "cpu", None), ("bf16-mixed", "cuda", None)],
+)  # fmt: skip
+def test_the_actors_dtype_is_the_cpu_learners_autocast_dtype(precision, device, dtype):
+    from types import SimpleNamespace
+
+    from rl_lightning.data.actors.setup import acting_dtype
+
+    datamodule = SimpleNamespace(trainer=SimpleNamespace(precision=precision))
+    assert acting_dtype(datamodule, SimpleNamespace(device=torch.device(device))) == dtype
+    assert acting_dtype(SimpleNamespace(trainer=None), SimpleNamespace(device=torch.device("cpu"))) is None

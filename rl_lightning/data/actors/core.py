@@ -71,12 +71,16 @@ class ActorCore:
         return acting
 
     def collect(self) -> tuple[TensorDict, dict[str, float], float]:
-        """One rollout with the current weights: ``(batch, episode stats with their weight, collect seconds)``."""
-        if self.splits > 1:
-            batch = self.collector.rollout(self._group_policies, self.spec.num_steps, self.version)
-        else:
-            self._policy = self.spec.recipe.policy(self.module, self.env)
-            batch = self.collector.rollout(self._acting, self.spec.num_steps, self.version)
+        """One rollout with the current weights: ``(batch, episode stats with their weight, collect seconds)``; in
+        the spec's ``autocast_dtype`` where it has one (one autocast region per rollout: its cached low-precision
+        weights are those just loaded)."""
+        dtype = getattr(self.spec, "autocast_dtype", None)
+        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            if self.splits > 1:
+                batch = self.collector.rollout(self._group_policies, self.spec.num_steps, self.version)
+            else:
+                self._policy = self.spec.recipe.policy(self.module, self.env)
+                batch = self.collector.rollout(self._acting, self.spec.num_steps, self.version)
         episodes = float(self.collector.finished.count())  # the weight of this rollout's means; read before reset
         stats = {name: float(value) for name, value in self.collector.episode_stats().items()}
         stats[EPISODES] = episodes

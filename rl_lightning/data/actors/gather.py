@@ -38,6 +38,9 @@ class PoolSettings:
             seed is ``env_seed + 10_007`` likewise, as the serial collector's.
         seed_generation: generations already used by earlier runs of this fit (a resume starts past them).
         env_splits: 1, or 2 to step each actor's envs in two groups overlapping the policy (``split.py``).
+        autocast_dtype: the low-precision dtype the actors act in (``torch.autocast`` on the CPU), as the serial
+            collector does inside a CPU learner's ``training_step`` under ``trainer.precision: bf16-mixed``; None:
+            float32.
     """
 
     num_actors: int
@@ -51,6 +54,7 @@ class PoolSettings:
     check_finite: bool = True
     seed_generation: int = 0
     env_splits: int = 1
+    autocast_dtype: torch.dtype | None = None
 
 
 @dataclass
@@ -79,7 +83,7 @@ def actor_spec(
     env_seed = s.env_seed + index * n + generation * GENERATION_STRIDE
     return ActorSpec(
         index, generation, env, n, s.num_steps, env_seed, env_seed + 10_007, s.check_env, s.check_finite, policy,
-        parent_pid, s.max_policy_lag, recipe, s.env_splits,
+        parent_pid, s.max_policy_lag, recipe, s.env_splits, s.autocast_dtype,
     )  # fmt: skip
 
 

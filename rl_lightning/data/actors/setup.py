@@ -7,11 +7,15 @@ import io
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
+import torch
+
 from rl_lightning.data.actors.policy_factory import PolicyFactory
 from rl_lightning.data.actors.pool import ActorPool, PoolSettings
 from rl_lightning.data.actors.ray_checks import check_backend, check_ray_cluster
 from rl_lightning.data.actors.recipes import SelfPlayRecipe, SingleAgentRecipe
 from rl_lightning.errors import ConfigError
+
+_MIXED = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}  # Lightning's autocast precisions
 
 
 def check_actor_config(datamodule: Any, module: Any) -> None:
@@ -117,6 +121,7 @@ def start_pool(datamodule: Any, module: Any, env_seed: int, seed_generation: int
         check_finite=datamodule.check_finite,
         seed_generation=seed_generation,
         env_splits=getattr(datamodule, "actor_env_splits", 1),
+        autocast_dtype=acting_dtype(datamodule, module),
     )
     factory: PolicyFactory = module.policy_factory()
     if getattr(datamodule, "actor_backend", "processes") == "ray":
@@ -125,6 +130,16 @@ def start_pool(datamodule: Any, module: Any, env_seed: int, seed_generation: int
         recipe = _recipe(datamodule)
         return RayActorPool(settings, datamodule.env, factory, module.state_dict(), recipe, datamodule.ray_address)
     return ActorPool(settings, datamodule.env, factory, module.state_dict(), _recipe(datamodule))
+
+
+def acting_dtype(datamodule: Any, module: Any) -> torch.dtype | None:
+    """The dtype a CPU learner's serial collector acts in: Lightning runs ``training_step`` (where it collects) in
+    ``torch.autocast`` under ``trainer.precision: bf16-mixed`` / ``16-mixed``, so the actors act in it too and
+    collect what the serial path would. None (float32) otherwise; a GPU learner's actors act in float32 on the CPU."""
+    trainer = getattr(datamodule, "trainer", None)
+    if trainer is None or module.device.type != "cpu":
+        return None
+    return _MIXED.get(str(trainer.precision))
 
 
 def _recipe(datamodule: Any) -> Any:

@@ -54,6 +54,7 @@ class ActorSpec:
         num_slots: shared rollout slots of this actor (the lag bound).
         recipe: what the actor builds its collector from (``recipes.py``).
         env_splits: 2 steps the envs in two groups, one while the policy acts for the other (``split.py``).
+        autocast_dtype: act inside ``torch.autocast("cpu", autocast_dtype)`` (the learner's mixed precision), or None.
     """
 
     index: int
@@ -70,6 +71,7 @@ class ActorSpec:
     num_slots: int
     recipe: Any
     env_splits: int = 1
+    autocast_dtype: torch.dtype | None = None
 
 
 @dataclass
