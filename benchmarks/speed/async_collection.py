@@ -24,8 +24,10 @@ Ours run ``rl_lightning.cli`` in a subprocess (this script's ``_fit`` mode): the
 (no checkpoints; an ``Evaluation`` only where timed), its TensorBoard events read back with TensorBoard's loader
 (``perf/actor_busy``, ``perf/learner_busy``, ``policy/lag``, ``eval/episode_return`` and the training seconds at
 each evaluation). Peers run in their own virtual environments (``--sb3-python``, ``--sf-python``). "train s" is the
-fit's (``learn``'s) wall time, evaluation taken out; "CPU s" the user + system seconds over the same span, actor
-and env processes included; "proc" columns are the whole subprocess (start-up included), from ``getrusage``.
+fit's wall time from ``on_train_start`` (after ``setup`` built the envs and placed the model, as SB3's clock starts
+at ``learn`` with its envs and model built) to its end, evaluation taken out; "CPU s" the user + system seconds over
+the same span, actor and env processes included (the setup's seconds are printed beside); "proc" columns are the
+whole subprocess (start-up included), from ``getrusage``.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ def child_fit(argv: list[str]) -> None:
     config, seed, logdir, version, evaluation, *extra = argv
     sys.path.insert(0, str(SHARED))
     import _common  # noqa: F401 - silences warnings and Lightning's INFO logging
+    from lightning.pytorch.callbacks import Callback
 
     from rl_lightning.callbacks import Evaluation
     from rl_lightning.cli import cli_main
@@ -97,16 +100,25 @@ def child_fit(argv: list[str]) -> None:
     args += ["--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false"]
     args += ["--trainer.enable_model_summary", "false", "--trainer.default_root_dir", logdir]
     args += ["--trainer.logger.init_args.save_dir", logdir, "--trainer.logger.init_args.version", version]
+    class TrainStart(Callback):
+        """When training starts: after ``setup`` (envs built, model placed), as SB3's clock starts at ``learn``."""
+
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            self.wall, self.cpu = time.perf_counter(), cpu_seconds()
+
     cli = cli_main([*args, *extra], run=False)
+    train_start = TrainStart()
+    cli.trainer.callbacks.append(train_start)
     timed = None
     if json.loads(evaluation):
         timed = TimedEvaluation(**json.loads(evaluation))
         cli.trainer.callbacks.append(timed)
-    start, cpu = time.perf_counter(), cpu_seconds()
+    start = time.perf_counter()
     cli.trainer.fit(cli.model, cli.datamodule)
-    wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu
+    end, cpu = time.perf_counter(), cpu_seconds()
     eval_seconds = timed.eval_seconds if timed else 0.0
-    out = {"env_steps": int(cli.datamodule.env_steps), "fit_seconds": wall, "cpu_seconds": cpu,
+    out = {"env_steps": int(cli.datamodule.env_steps), "fit_seconds": end - train_start.wall,
+           "setup_seconds": train_start.wall - start, "cpu_seconds": cpu - train_start.cpu,
            "eval_seconds": eval_seconds, "run_dir": str(Path(cli.trainer.logger.log_dir))}  # fmt: skip
     print("BENCH " + json.dumps(out), flush=True)
 
@@ -182,7 +194,7 @@ def ours(section: str, side_name: str, seed: int, out: Path, extra: list[str], e
     train = row["fit_seconds"] - row["eval_seconds"]
     run = Run(section, side, seed, row["env_steps"], train, row["cpu_seconds"], wall, cpu, load, extra_out)
     print(f"  [{section} {side} seed {seed}] {run.env_steps:,} env steps, {train:.1f} s train, {run.rate:,.0f}/s, "
-          f"CPU {run.cpu_seconds:.1f} s, load {load:.1f}", flush=True)  # fmt: skip
+          f"CPU {run.cpu_seconds:.1f} s, setup {row['setup_seconds']:.1f} s, load {load:.1f}", flush=True)  # fmt: skip
     return run
 
 
