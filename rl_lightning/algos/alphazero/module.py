@@ -28,6 +28,7 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning import keys
+from rl_lightning.algos.alphazero.gumbel import GumbelSearch
 from rl_lightning.algos.alphazero.puct import (
     PUCTSearch,
     check_searchable,
@@ -78,6 +79,16 @@ class AlphaZero(PPO):
             0: the root only (AlphaZero).
         tree_min_visits: a tree position qualifies with this many visits, or once solved.
         tree_coef: the weight of the tree positions' mean cross-entropy in the loss.
+        search: ``puct`` (AlphaZero's: PUCT, Dirichlet noise at the root, the visit counts as the policy target) or
+            ``gumbel`` (Gumbel AlphaZero, ``gumbel.py``: sequential halving at the root from a Gumbel draw, the
+            improved policy ``softmax(logits + σ(q̂))`` as the target; a policy improvement at few simulations, e.g.
+            8-16). Under ``gumbel`` the first ``explore_moves`` moves of a game carry the Gumbel draw (the move is a
+            sample), later ones none (greedy); the Dirichlet noise is not used (``dirichlet_fraction: 0``), and
+            ``c_puct`` only by a PUCT search of the trained network (``NetworkMCTS``).
+        max_considered: ``gumbel``: moves the root's sequential halving starts from (the paper's 16).
+        gumbel_c_visit, gumbel_c_scale: ``gumbel``: ``σ(q̂) = (c_visit + max N) · c_scale · q̂`` (the paper's 50, 0.1).
+        gumbel_q_scaling: ``gumbel``: ``q̂`` in [0, 1] by each node's own minimum and maximum (``minmax``, the
+            paper's) or by the game's results (``bounds``: smaller steps from the prior).
         reflect: train each position, drawn anew per minibatch with probability 1/2, as its left-right mirror image
             (observation, legal moves and policy targets mirrored, value kept: ``envs/games/reflection.py``), so the
             network learns both orientations of every position it is shown (AlphaZero's augmentation by the board's
@@ -119,6 +130,11 @@ class AlphaZero(PPO):
         tree_targets: int = 0,
         tree_min_visits: int = 8,
         tree_coef: float = 1.0,
+        search: str = "puct",
+        max_considered: int = 16,
+        gumbel_c_visit: float = 50.0,
+        gumbel_c_scale: float = 0.1,
+        gumbel_q_scaling: str = "minmax",
         reflect: bool = False,
         init_weights: str | None = None,
         histograms_every_n_updates: int | None = None,
@@ -140,13 +156,30 @@ class AlphaZero(PPO):
             ("tree_targets", tree_targets >= 0, "use 0 (the root only) or a number of tree positions, e.g. 4"),
             ("tree_min_visits", tree_min_visits >= 1, "use a number of visits >= 1, e.g. 8"),
             ("tree_coef", tree_coef >= 0, "use a weight >= 0, e.g. 1"),
+            ("search", search in ("puct", "gumbel"), "use puct (AlphaZero) or gumbel (Gumbel AlphaZero)"),
         ], self.hparams)  # fmt: skip
+        if search == "gumbel" and dirichlet_fraction > 0:
+            raise ConfigError(f"model.dirichlet_fraction={dirichlet_fraction} adds Dirichlet noise to PUCT's root, "
+                              "but search: gumbel explores by its Gumbel draw: set "
+                              "model.dirichlet_fraction: 0")  # fmt: skip
         if self.env_spec.action_kind != "discrete" or not self.env_spec.has_action_mask:
             raise ConfigError(f"AlphaZero searches masked discrete moves, but {self.env_spec.name} has "
                               f"{self.env_spec.action_kind} actions without masks; use a game env")  # fmt: skip
         self._value_when_acting = False  # ``process_rollout`` values the rollout in one batched forward
         self.reflection = self._reflection() if reflect else None
-        self.search = PUCTSearch(self.logits_and_value, simulations, c_puct, field="model.")
+        if search == "gumbel":
+            self.search: PUCTSearch = GumbelSearch(
+                self.logits_and_value,
+                simulations,
+                max_considered,
+                gumbel_c_visit,
+                gumbel_c_scale,
+                gumbel_q_scaling,
+                c_puct,
+                field="model.",
+            )
+        else:
+            self.search = PUCTSearch(self.logits_and_value, simulations, c_puct, field="model.")
 
     def _reflection(self) -> Reflection:
         """The board's reflection for ``reflect``; refused in one line where it would be wrong."""
@@ -230,14 +263,21 @@ class AlphaZero(PPO):
         docstring). Every draw (root noise, the move) comes from ``generator``."""
         hp = self.hparams
         seed = int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
-        noise = (hp.dirichlet_alpha, hp.dirichlet_fraction, np.random.default_rng(seed))
-        visits, values, tree = self.search.search(
-            states, noise if hp.dirichlet_fraction > 0 else None, read=self._read_roots
-        )
-        visits = torch.from_numpy(visits)
-        drawn = torch.multinomial(visits.to(generator.device), 1, generator=generator).cpu()
-        exploring = torch.tensor([state.move_number() < hp.explore_moves for state in states])
-        action = torch.where(exploring, drawn.squeeze(-1), visits.argmax(-1))
+        if isinstance(self.search, GumbelSearch):
+            scales = [1.0 if state.move_number() < hp.explore_moves else 0.0 for state in states]
+            (visits, action), values, tree = self.search.search(
+                states, (scales, np.random.default_rng(seed)), read=self._read_gumbel_roots
+            )
+            visits, action = torch.from_numpy(visits), torch.from_numpy(action)
+        else:
+            noise = (hp.dirichlet_alpha, hp.dirichlet_fraction, np.random.default_rng(seed))
+            visits, values, tree = self.search.search(
+                states, noise if hp.dirichlet_fraction > 0 else None, read=self._read_roots
+            )
+            visits = torch.from_numpy(visits)
+            drawn = torch.multinomial(visits.to(generator.device), 1, generator=generator).cpu()
+            exploring = torch.tensor([state.move_number() < hp.explore_moves for state in states])
+            action = torch.where(exploring, drawn.squeeze(-1), visits.argmax(-1))
         out = {keys.ACTION: action, SEARCH_POLICY: self._sharpened(visits), keys.SEARCH_VALUE: torch.from_numpy(values),
                **tree}  # fmt: skip
         return TensorDict(out, batch_size=batch_size or [len(states)]).to(device)
@@ -247,7 +287,14 @@ class AlphaZero(PPO):
         targets = visits.pow(1.0 / self.hparams.target_temperature)
         return targets / targets.sum(-1, keepdim=True).clamp_min(1e-30)
 
-    def _read_roots(self, roots: list[Any]) -> tuple[np.ndarray, np.ndarray, dict[str, torch.Tensor]]:
+    def _read_gumbel_roots(self, roots: list[Any]) -> tuple[Any, np.ndarray, dict[str, torch.Tensor]]:
+        """``_read_roots`` under ``search: gumbel``: the roots' improved policies and moves instead of visit targets."""
+        _, values, tree = self._read_roots(roots, targets=False)
+        return self.search.outputs(roots, self.env_spec.num_actions), values, tree  # type: ignore[attr-defined]
+
+    def _read_roots(
+        self, roots: list[Any], targets: bool = True
+    ) -> tuple[np.ndarray | None, np.ndarray, dict[str, torch.Tensor]]:
         """What a decision keeps of its search: the roots' visit targets and values, and ``tree_targets`` other
         positions per root (observation, mask, sharpened target; ``tree_valid`` False where a tree had fewer)."""
         hp, num_actions = self.hparams, self.env_spec.num_actions
@@ -270,7 +317,7 @@ class AlphaZero(PPO):
                 tree[TREE_MASK][index] = mask
                 tree[TREE_POLICY][index] = self._sharpened(torch.from_numpy(visit_targets(nodes, num_actions)))
                 tree[TREE_VALID][index] = True
-        return visit_targets(roots, num_actions), root_values(roots), tree
+        return visit_targets(roots, num_actions) if targets else None, root_values(roots), tree
 
     @torch.no_grad()
     def process_rollout(self, batch: TensorDict) -> TensorDict:

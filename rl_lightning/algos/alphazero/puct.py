@@ -45,7 +45,7 @@ class _Node:
     """One position of a search tree: its state, whose turn, and the statistics of its legal actions (plain lists:
     for a handful of actions a Python loop costs less than numpy's per-call overhead)."""
 
-    __slots__ = ("children", "counts", "legal", "player", "prior", "solved", "state", "value_sum", "visits")
+    __slots__ = ("children", "counts", "legal", "player", "prior", "solved", "state", "value", "value_sum", "visits")
 
     def __init__(self, state: Any) -> None:
         self.state = state
@@ -55,6 +55,7 @@ class _Node:
         self.player = -1 if terminal else state.current_player()
         self.legal: list[int] = [] if terminal else state.legal_actions()
         self.prior: list[float] | None = None  # set when the network evaluates the node
+        self.value = 0.0  # the leaf evaluation's value for ``player``, set with ``prior``
         self.counts = [0] * len(self.legal)
         self.value_sum = [0.0] * len(self.legal)
         self.visits = 0
@@ -218,12 +219,17 @@ class PUCTSearch:
                 if root.prior is not None and root.legal:
                     noise = rng.dirichlet([alpha] * len(root.legal))
                     root.prior = [(1.0 - fraction) * p + fraction * n for p, n in zip(root.prior, noise, strict=True)]
+        self._simulate(roots)
+        return roots
+
+    def _simulate(self, roots: list[_Node]) -> None:
+        """``simulations`` rounds: descend every tree to a leaf by ``_edge`` and evaluate the leaves in one batch."""
         for _ in range(self.simulations):
             pending = []
             for root in roots:
                 node, path = root, []
                 while node.solved is None and node.prior is not None:
-                    index = node.select(self.c_puct)
+                    index = self._edge(node, node is root)
                     path.append((node, index))
                     node = node.child(index)
                 if node.solved is not None:
@@ -231,7 +237,10 @@ class PUCTSearch:
                 else:
                     pending.append((path, node))
             self._evaluate(pending)
-        return roots
+
+    def _edge(self, node: _Node, at_root: bool) -> int:
+        """The edge a simulation follows from ``node`` (an index into ``node.legal``): PUCT's choice."""
+        return node.select(self.c_puct)
 
     def _evaluate(self, pending: list[tuple[list[tuple[_Node, int]], _Node]]) -> None:
         """Set the prior of each pending leaf and back its value up its path (one batched forward)."""
@@ -256,6 +265,7 @@ class PUCTSearch:
             if mix > 0:
                 played = self._rollout(node.state)
                 per_seat = [(1.0 - mix) * v + mix * z for v, z in zip(per_seat, played, strict=True)]
+            node.value = per_seat[node.player]
             _backup(path, per_seat, self._best)
 
     def _rollout(self, state: Any) -> list[float]:
