@@ -158,28 +158,24 @@ class AlphaZero(PPO):
             ("tree_coef", tree_coef >= 0, "use a weight >= 0, e.g. 1"),
             ("search", search in ("puct", "gumbel"), "use puct (AlphaZero) or gumbel (Gumbel AlphaZero)"),
         ], self.hparams)  # fmt: skip
-        if search == "gumbel" and dirichlet_fraction > 0:
-            raise ConfigError(f"model.dirichlet_fraction={dirichlet_fraction} adds Dirichlet noise to PUCT's root, "
-                              "but search: gumbel explores by its Gumbel draw: set "
-                              "model.dirichlet_fraction: 0")  # fmt: skip
         if self.env_spec.action_kind != "discrete" or not self.env_spec.has_action_mask:
             raise ConfigError(f"AlphaZero searches masked discrete moves, but {self.env_spec.name} has "
                               f"{self.env_spec.action_kind} actions without masks; use a game env")  # fmt: skip
         self._value_when_acting = False  # ``process_rollout`` values the rollout in one batched forward
         self.reflection = self._reflection() if reflect else None
-        if search == "gumbel":
-            self.search: PUCTSearch = GumbelSearch(
-                self.logits_and_value,
-                simulations,
-                max_considered,
-                gumbel_c_visit,
-                gumbel_c_scale,
-                gumbel_q_scaling,
-                c_puct,
-                field="model.",
-            )
-        else:
-            self.search = PUCTSearch(self.logits_and_value, simulations, c_puct, field="model.")
+        self.search = self._search_of_settings()
+
+    def _search_of_settings(self) -> PUCTSearch:
+        """The search ``search`` names, with its settings (Gumbel's Dirichlet conflict refused in one line)."""
+        hp = self.hparams
+        if hp.search == "puct":
+            return PUCTSearch(self.logits_and_value, hp.simulations, hp.c_puct, field="model.")
+        if hp.dirichlet_fraction > 0:
+            raise ConfigError(f"model.dirichlet_fraction={hp.dirichlet_fraction} adds Dirichlet noise to PUCT's root, "
+                              "but search: gumbel explores by its Gumbel draw: set "
+                              "model.dirichlet_fraction: 0")  # fmt: skip
+        return GumbelSearch(self.logits_and_value, hp.simulations, hp.max_considered, hp.gumbel_c_visit,
+                            hp.gumbel_c_scale, hp.gumbel_q_scaling, hp.c_puct, field="model.")  # fmt: skip
 
     def _reflection(self) -> Reflection:
         """The board's reflection for ``reflect``; refused in one line where it would be wrong."""
