@@ -148,19 +148,19 @@ class GumbelSearch(PUCTSearch):
         draws from ``rng``, times ``scales[i]`` (0: none, the greedy search); ``None``: no root draws Gumbel noise."""
         return super().search(engine_states, root_noise, read)  # type: ignore[arg-type]
 
-    def _search(self, engine_states: list[Any], root_noise: Any) -> list[_Node]:
-        game = engine_states[0].get_game()
-        self._best = game.max_utility()
+    _root_type = _GumbelRoot
+
+    def _start(self, game: Any) -> None:
+        super()._start(game)
         self._bounds = (game.min_utility(), game.max_utility()) if self.q_scaling == "bounds" else None
-        roots = [_GumbelRoot(state.clone()) for state in engine_states]
-        self._evaluate([([], root) for root in roots])
-        if root_noise is not None:
-            scales, rng = root_noise
-            for root, scale in zip(roots, scales, strict=True):
-                if scale > 0 and root.legal:
-                    root.gumbel = (scale * rng.gumbel(size=len(root.legal))).tolist()
-        self._simulate(roots)
-        return roots
+
+    def _add_root_noise(self, roots: list[_Node], root_noise: tuple[Sequence[float], np.random.Generator]) -> None:
+        """Each root's Gumbel draw, times its scale (``search``'s ``root_noise``)."""
+        scales, rng = root_noise
+        for root, scale in zip(roots, scales, strict=True):
+            assert isinstance(root, _GumbelRoot)
+            if scale > 0 and root.legal:
+                root.gumbel = (scale * rng.gumbel(size=len(root.legal))).tolist()
 
     def _edge(self, node: _Node, at_root: bool) -> int:
         if not at_root and not node.visits:  # π' is the prior and no move has a visit yet

@@ -207,20 +207,28 @@ class PUCTSearch:
             if collecting:
                 gc.enable()
 
-    def _search(
-        self, engine_states: list[Any], root_noise: tuple[float, float, np.random.Generator] | None
-    ) -> list[_Node]:
-        self._best = engine_states[0].get_game().max_utility()
-        roots = [_Node(state.clone()) for state in engine_states]
+    def _search(self, engine_states: list[Any], root_noise: Any) -> list[_Node]:
+        self._start(engine_states[0].get_game())
+        roots = [self._root_type(state.clone()) for state in engine_states]
         self._evaluate([([], root) for root in roots])
         if root_noise is not None:
-            alpha, fraction, rng = root_noise
-            for root in roots:
-                if root.prior is not None and root.legal:
-                    noise = rng.dirichlet([alpha] * len(root.legal))
-                    root.prior = [(1.0 - fraction) * p + fraction * n for p, n in zip(root.prior, noise, strict=True)]
+            self._add_root_noise(roots, root_noise)
         self._simulate(roots)
         return roots
+
+    _root_type = _Node  # the node class of the roots
+
+    def _start(self, game: Any) -> None:
+        """Read what a search of ``game`` needs before its roots are made."""
+        self._best = game.max_utility()
+
+    def _add_root_noise(self, roots: list[_Node], root_noise: tuple[float, float, np.random.Generator]) -> None:
+        """Mix ``Dirichlet(alpha)`` noise drawn from ``rng`` into each root's prior by ``fraction``."""
+        alpha, fraction, rng = root_noise
+        for root in roots:
+            if root.prior is not None and root.legal:
+                noise = rng.dirichlet([alpha] * len(root.legal))
+                root.prior = [(1.0 - fraction) * p + fraction * n for p, n in zip(root.prior, noise, strict=True)]
 
     def _simulate(self, roots: list[_Node]) -> None:
         """``simulations`` rounds: descend every tree to a leaf by ``_edge`` and evaluate the leaves in one batch."""
