@@ -113,6 +113,8 @@ class GumbelSearch(PUCTSearch):
         c_puct: not read by Gumbel's choices; kept for a PUCT search of the same network (``NetworkMCTS.of_module``).
     """
 
+    compiled_form = False  # its root and interior choices are its own
+
     def __init__(
         self,
         evaluator: Evaluator | None,
