@@ -128,7 +128,8 @@ def test_the_compiled_trees_equal_the_python_searchs_bit_for_bit(name, guided, s
     evaluator = _network(name).logits_and_value if guided else None
     python = _searched("python", states, evaluator, simulations, noise_seed)
     compiled = _searched("compiled", states, evaluator, simulations, noise_seed)
-    assert isinstance(python[0], _Node) and isinstance(compiled[0], RootView)
+    assert isinstance(python[0], _Node)
+    assert isinstance(compiled[0], RootView)
     expected, got = _read(python, game.num_distinct_actions()), _read(compiled, game.num_distinct_actions())
     for field, value in expected.items():
         same = np.array_equal(value, got[field]) if isinstance(value, np.ndarray) else value == got[field]
@@ -144,7 +145,8 @@ def test_a_tictactoe_search_proves_what_the_python_search_proves_at_every_positi
     game = states[0].get_game()
     expected = _read(_searched("python", states, None, 200, None), 9)
     got = _read(_searched("compiled", states, None, 200, None), 9)
-    assert expected["solved"] == got["solved"] and expected["counts"] == got["counts"]
+    assert expected["solved"] == got["solved"]
+    assert expected["counts"] == got["counts"]
     assert expected["unrefuted"] == got["unrefuted"]
     assert sum(solved is not None for solved in expected["solved"]) > 100
     assert game.max_utility() == 1.0

@@ -189,7 +189,9 @@ def _numpy_sum(values: np.ndarray, n: int) -> float:
         for j in range(8):
             partial[j] += values[i + j]
         i += 8
-    total = ((partial[0] + partial[1]) + (partial[2] + partial[3])) + ((partial[4] + partial[5]) + (partial[6] + partial[7]))
+    low = (partial[0] + partial[1]) + (partial[2] + partial[3])
+    high = (partial[4] + partial[5]) + (partial[6] + partial[7])
+    total = low + high
     while i < n:
         total += values[i]
         i += 1
