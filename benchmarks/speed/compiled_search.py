@@ -61,8 +61,8 @@ def main() -> None:
     env = OpenSpielEnv("open_spiel:connect_four")
     torch.manual_seed(0)
     module = AlphaZero(env.spec, encoder="board", hidden_sizes=(256,), simulations=args.simulations)
-    print("| rows | precision | Python ms (wall / CPU) | compiled ms (wall / CPU) | compiled / Python (median of rounds) "
-          "| forward share of the compiled search |")  # fmt: skip
+    print("| rows | precision | Python ms (wall / CPU) | compiled ms (wall / CPU) "
+          "| compiled / Python (median of rounds) | forward share of the compiled search |")  # fmt: skip
     print("|---:|---|---|---|---|---:|")
     for rows in (int(r) for r in args.rows.split(",")):
         states = positions(rows, seed=rows)
