@@ -8,6 +8,8 @@ then plays, seats alternated (half the games in each seat), ``--games`` games ea
 * the searching agent: ``NetworkMCTS`` (``rl_lightning.games.search``), PUCT with the network's policy as prior and
   its value head at the leaves, ``--simulations`` simulations per move, greedy (most visited move);
 * the network alone, greedy (what ``GameEvaluation`` plays by default);
+* with ``--players ...,onnx``: the network alone through the ONNX graph ``rl-lightning export`` writes (into
+  ``--workdir``), run by onnxruntime: its most probable legal move, outside the trainer;
 
 against ``OpenSpielMCTSBot`` (OpenSpiel's ``MCTSBot``: UCT c = 2, ``--mcts-simulations`` simulations, one random
 rollout per leaf, MCTS-Solver backups). Each line: win / draw / loss, the win rate with its 95% Wilson interval, the
@@ -103,7 +105,31 @@ def train(minutes: int, workdir: Path, nice: int, config: str) -> str:
     return str(workdir / "runs" / name / "search_bench" / "checkpoints" / "last.ckpt")
 
 
+class OnnxPolicy:
+    """The network alone as ``rl-lightning export`` writes it, run by onnxruntime (one thread): the graph's
+    ``action`` output, its most probable legal move."""
+
+    def __init__(self, path: str) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        self.inputs = [i.name for i in self.session.get_inputs()]  # obs, action_mask
+
+    def check_env(self, env: Any, field: str) -> None:
+        shape = self.session.get_inputs()[0].shape[1:]
+        if list(shape) != list(env.spec.obs_shape):
+            raise SystemExit(f"{field}: the exported graph reads {shape}, the env gives {list(env.spec.obs_shape)}")
+
+    def __call__(self, obs: Any, action_mask: torch.Tensor, seat: torch.Tensor, generator: Any) -> torch.Tensor:
+        feed = {self.inputs[0]: obs.cpu().numpy().astype("float32"), self.inputs[1]: action_mask.cpu().numpy()}
+        return torch.from_numpy(self.session.run(["action"], feed)[0]).long()
+
+
 def _player(kind: str, ckpt: str, simulations: int, c_puct: float) -> Any:
+    if kind == "onnx":
+        return OnnxPolicy(ckpt)
     module = load_searchable(ckpt)
     if kind == "search":
         return NetworkMCTS(module, simulations=simulations, c_puct=c_puct)
@@ -199,9 +225,16 @@ def run_matches(args: argparse.Namespace) -> None:
           f"machine load {os.getloadavg()[0]:.1f}")  # fmt: skip
     print("| player | win rate [95% Wilson] | W / D / L | sign-test p | its s/move (ms) | MCTSBot ms/move | wall s |")
     print("|---|---|---|---|---|---|---|")
-    for kind, name in (("search", f"NetworkMCTS {args.simulations} sims (c_puct {args.c_puct})"),
-                       ("net", "network alone (greedy)")):  # fmt: skip
-        print(_line(name, match(kind, ckpt, args)), flush=True)
+    names = {"search": f"NetworkMCTS {args.simulations} sims (c_puct {args.c_puct})",
+             "net": "network alone (greedy)", "onnx": "network alone, exported ONNX (onnxruntime, greedy)"}  # fmt: skip
+    for kind in args.players.split(","):
+        played = ckpt
+        if kind == "onnx":
+            from rl_lightning.export import export_policy
+
+            Path(args.workdir).mkdir(parents=True, exist_ok=True)
+            played = str(export_policy(ckpt, "onnx", Path(args.workdir).resolve() / f"{Path(ckpt).stem}.onnx")[0])
+        print(_line(names[kind], match(kind, played, args)), flush=True)
     search_s, mcts_s = time_per_move(ckpt, args)
     print(
         f"one position at a time ({args.timing_positions} positions): NetworkMCTS {args.simulations} sims "
@@ -268,6 +301,9 @@ def main() -> None:
     parser.add_argument("--c-puct", type=float, default=1.5, help="PUCT constant (the PPO board network: 3)")
     parser.add_argument("--mcts-simulations", type=int, default=100)
     parser.add_argument("--jobs", type=int, default=1, help="processes playing the games (1 torch thread each)")
+    parser.add_argument("--players", default="search,net", help="which players meet MCTSBot, in order: search "
+                        "(NetworkMCTS), net (the network alone, greedy), onnx (the network alone through the graph "
+                        "rl-lightning export writes, run by onnxruntime)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timing-positions", type=int, default=20)
     parser.add_argument("--spo-profile", action="store_true")
@@ -276,6 +312,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.games < 2 or args.games % 2:
         raise SystemExit(f"--games={args.games}: give an even number >= 2 (seats alternated)")
+    unknown = set(args.players.split(",")) - {"search", "net", "onnx"}
+    if unknown:
+        raise SystemExit(f"--players={args.players}: {sorted(unknown)} unknown; use search, net, onnx")
     spo_profile(args) if args.spo_profile else run_matches(args)
 
 
