@@ -313,7 +313,7 @@ def _tree_nodes(root):
 
 def test_tree_positions_are_the_solved_then_most_visited_unfinished_positions_of_each_tree():
     sample = _positions(1, 60, seed=5)
-    roots = PUCTSearch(None, 80, 1.5, backend="python").search(sample)
+    roots = PUCTSearch(None, 80, 1.5).search(sample)
     picked = tree_positions(roots, 5, 6)
     for root, chosen in zip(roots, picked, strict=True):
         eligible = [n for n in _tree_nodes(root) if n.legal and n.prior is not None and

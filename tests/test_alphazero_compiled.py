@@ -17,10 +17,8 @@ pytest.importorskip("numba")
 import pyspiel  # noqa: E402
 from open_spiel.python.observation import make_observation  # noqa: E402
 
-from rl_lightning import keys  # noqa: E402
 from rl_lightning.algos import AlphaZero  # noqa: E402
-from rl_lightning.algos.alphazero import SEARCH_POLICY  # noqa: E402
-from rl_lightning.algos.alphazero.compiled_puct import RootView, _numpy_sum  # noqa: E402
+from rl_lightning.algos.alphazero.compiled_puct import NodeView, _numpy_sum  # noqa: E402
 from rl_lightning.algos.alphazero.grid_games import (  # noqa: E402
     board_of,
     grid_game_of,
@@ -29,7 +27,14 @@ from rl_lightning.algos.alphazero.grid_games import (  # noqa: E402
     makes_line,
     write_observation,
 )
-from rl_lightning.algos.alphazero.puct import PUCTSearch, _Node, root_values, unrefuted, visit_targets  # noqa: E402
+from rl_lightning.algos.alphazero.puct import (  # noqa: E402
+    PUCTSearch,
+    _Node,
+    root_values,
+    tree_positions,
+    unrefuted,
+    visit_targets,
+)
 from rl_lightning.envs.games import OpenSpielEnv  # noqa: E402
 from rl_lightning.errors import ConfigError  # noqa: E402
 from tests.cli_subprocess import ERROR_PREFIX, ROOT, run_cli  # noqa: E402
@@ -114,7 +119,8 @@ def _read(roots, num_actions: int) -> dict:
         "visits": [root.visits for root in roots],
         "priors": [root.prior for root in roots],
         "solved": [root.solved for root in roots],
-        "children": [[None if c is None else c.solved for c in root.children] for root in roots],
+        "children": [[None if c is None else (c.solved, c.prior, c.visits, c.legal) for c in root.children]
+                     for root in roots],
         "unrefuted": [unrefuted(root) for root in roots],
     }
 
@@ -129,13 +135,13 @@ def test_the_compiled_trees_equal_the_python_searchs_bit_for_bit(name, guided, s
     python = _searched("python", states, evaluator, simulations, noise_seed)
     compiled = _searched("compiled", states, evaluator, simulations, noise_seed)
     assert isinstance(python[0], _Node)
-    assert isinstance(compiled[0], RootView)
+    assert isinstance(compiled[0], NodeView)
     expected, got = _read(python, game.num_distinct_actions()), _read(compiled, game.num_distinct_actions())
     for field, value in expected.items():
         same = np.array_equal(value, got[field]) if isinstance(value, np.ndarray) else value == got[field]
         assert same, field
     if simulations == 48:  # proofs happened, so the solver's part was compared too
-        assert sum(any(c is not None for c in row) for row in expected["children"]) > 5
+        assert sum(any(c is not None and c[0] is not None for c in row) for row in expected["children"]) > 5
 
 
 def test_a_tictactoe_search_proves_what_the_python_search_proves_at_every_position():
@@ -152,15 +158,41 @@ def test_a_tictactoe_search_proves_what_the_python_search_proves_at_every_positi
     assert game.max_utility() == 1.0
 
 
-def test_self_play_decisions_equal_under_either_backend():
-    module = _network("connect_four")
-    states = _random_states(pyspiel.load_game("connect_four"), 32, seed=5)
+@pytest.mark.parametrize("name", ["connect_four", "tic_tac_toe"])
+def test_tree_positions_of_compiled_trees_equal_the_python_ones(name):
+    game = pyspiel.load_game(name)
+    states = _random_states(game, 40, seed=4, max_moves=6)
+    evaluator = _network(name, seed=3).logits_and_value
+    picked = {}
+    for backend in ("python", "compiled"):
+        nodes = tree_positions(_searched(backend, states, evaluator, 64, 2), 6, 3)
+        flat = [node for row in nodes for node in row]
+        targets = visit_targets(flat, game.num_distinct_actions())
+        histories = [n.state.history() for n in flat]
+        picked[backend] = ([len(row) for row in nodes], histories, targets, [n.solved for n in flat])
+    assert picked["python"][0] == picked["compiled"][0]
+    assert sum(picked["python"][0]) > 100
+    assert picked["python"][1] == picked["compiled"][1]
+    assert np.array_equal(picked["python"][2], picked["compiled"][2])
+    assert picked["python"][3] == picked["compiled"][3]
+
+
+@pytest.mark.parametrize(("name", "tree_targets"), [("connect_four", 0), ("tic_tac_toe", 4)])
+def test_self_play_decisions_equal_under_either_backend(name, tree_targets):
+    torch.manual_seed(0)
+    env = OpenSpielEnv(f"open_spiel:{name}")
+    module = AlphaZero(env.spec, encoder="board", hidden_sizes=(32,), simulations=24, tree_targets=tree_targets,
+                       tree_min_visits=2)  # fmt: skip
+    states = _random_states(pyspiel.load_game(name), 32, seed=5, max_moves=8)
     out = {}
     for backend in ("python", "compiled"):
         module.search.backend = backend
         out[backend] = module.search_and_act(states, torch.Generator().manual_seed(11))
-    for key in (keys.ACTION, SEARCH_POLICY, keys.SEARCH_VALUE):
+    assert set(out["python"].keys()) == set(out["compiled"].keys())
+    for key in out["python"].keys():  # noqa: SIM118 (a TensorDict iterates over its rows)
         assert torch.equal(out["python"][key], out["compiled"][key]), key
+    if tree_targets:
+        assert out["compiled"]["tree_valid"].sum() > 50
 
 
 def test_networkmcts_plays_the_same_moves_compiled():
@@ -194,7 +226,7 @@ def test_which_search_a_setting_gets():
     assert info_state.compiled_grid(ttt) is None
     env = OpenSpielEnv("open_spiel:connect_four")
     assert AlphaZero(env.spec, simulations=4).search.backend == "auto"
-    assert AlphaZero(env.spec, simulations=4, tree_targets=2).search.backend == "python"  # whole trees are read
+    assert AlphaZero(env.spec, simulations=4, search_backend="python").search.backend == "python"
 
 
 def test_compiled_where_it_cannot_apply_is_refused_in_one_line():
@@ -206,25 +238,34 @@ def test_compiled_where_it_cannot_apply_is_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"search_backend='fast': use auto, compiled or python"):
         PUCTSearch(None, 4, 1.5, backend="fast")
     env = OpenSpielEnv("open_spiel:connect_four")
-    with pytest.raises(ConfigError, match=r"model.search_backend=compiled covers search: puct with tree_targets: 0"):
-        AlphaZero(env.spec, simulations=4, tree_targets=2, search_backend="compiled")
+    with pytest.raises(ConfigError, match=r"model.search_backend=compiled covers search: puct, not gumbel"):
+        AlphaZero(env.spec, simulations=4, search="gumbel", dirichlet_fraction=0.0, search_backend="compiled")
     with pytest.raises(ConfigError, match=r"search_backend"):
         AlphaZero(env.spec, simulations=4, search_backend="numba")
 
 
-def test_cli_refuses_compiled_with_tree_targets_in_one_line_and_fits_compiled(tmp_path):
-    # The tic-tac-toe config trains on 8 tree positions per decision, which only the Python search keeps.
+def test_cli_refuses_compiled_for_the_gumbel_search_in_one_line_and_fits_as_the_python_search_does(tmp_path):
+    # The Gumbel search, which has no compiled form, refused; the tic-tac-toe config as it ships (tree targets
+    # included) fitted compiled and then with the Python search: the same weights.
     base = ["fit", "--config", "configs/alphazero_tictactoe.yaml", "--trainer.callbacks", "[]",
             "--trainer.default_root_dir", str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path / "runs"),
             "--model.init_args.search_backend", "compiled", "--model.init_args.simulations", "8",
             "--data.init_args.num_envs", "8", "--data.init_args.num_steps", "8",
             "--data.init_args.total_env_steps", "128"]  # fmt: skip
-    refused = run_cli(base, cwd=ROOT)
+    refused = run_cli([*base, "--model.init_args.search", "gumbel", "--model.init_args.dirichlet_fraction", "0"],
+                      cwd=ROOT)  # fmt: skip
     assert refused.returncode == 2, refused.stderr[-2000:]
     lines = [line for line in refused.stderr.splitlines() if line.startswith(ERROR_PREFIX)]
     assert len(lines) == 1, refused.stderr[-1500:]
-    assert re.search(r"model\.search_backend=compiled covers search: puct with tree_targets: 0", lines[0]), lines[0]
+    assert re.search(r"model\.search_backend=compiled covers search: puct, not gumbel", lines[0]), lines[0]
     assert not list((tmp_path / "runs").rglob("*.ckpt"))
-    result = run_cli([*base, "--model.init_args.tree_targets", "0"], cwd=ROOT)
+    result = run_cli(base, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert list((tmp_path / "runs").rglob("*.ckpt"))
+    (compiled,) = list((tmp_path / "runs").rglob("*.ckpt"))
+    python_dir = tmp_path / "python"
+    python_args = [*base, "--model.init_args.search_backend", "python", "--trainer.logger.init_args.save_dir",
+                   str(python_dir)]  # fmt: skip
+    assert run_cli(python_args, cwd=ROOT).returncode == 0
+    (python,) = list(python_dir.rglob("*.ckpt"))
+    weights = [torch.load(path, weights_only=False)["state_dict"] for path in (compiled, python)]
+    assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[1])  # the same fit, bit for bit

@@ -7,14 +7,15 @@ kernels, a finished game's result backed up and proven), one batched network for
 compiled expansion and backup. It makes the same choices in the same order with the same float64 arithmetic, so
 its visit counts, values and proofs equal the Python search's exactly (``tests/test_alphazero_compiled.py`` checks
 that over random positions, with and without root noise, network and uniform priors): the Python search stays the
-reference, this one its fast form. ``search`` returns ``RootView`` objects carrying what the readers of roots use
-(``visit_targets``, ``unrefuted``, ``root_values``, ``NetworkMCTS``'s choice); the rest of the trees is not kept.
+reference, this one its fast form. ``search`` returns ``NodeView`` roots, which read as ``_Node`` roots do
+(``visit_targets``, ``unrefuted``, ``root_values``, ``tree_positions``, ``NetworkMCTS``'s choice).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -31,31 +32,56 @@ from rl_lightning.algos.alphazero.grid_games import (
 )
 
 
-class RootView:
-    """A searched root as the readers of ``_Node`` roots see it: its state, mover, legal moves, visit statistics,
-    proof (``solved``: every seat's result, or None) and children (None, or an object with ``solved`` and ``state``)."""
+class NodeView:
+    """A node of a compiled tree as the readers of ``_Node`` trees see it: ``player``, ``legal``, ``counts``,
+    ``value_sum``, ``visits``, ``prior`` (None until evaluated), ``value``, ``solved`` (every seat's result, or None),
+    ``children`` (None where unvisited) and ``state`` (a ``pyspiel`` state, replayed from the root's). Each is read
+    from the arrays the first time it is asked for, so a reader pays only for what it reads (``visit_targets`` the
+    root and its children; ``tree_positions`` the whole tree)."""
 
-    __slots__ = ("children", "counts", "legal", "player", "prior", "solved", "state", "value", "value_sum", "visits")
+    __slots__ = ("_node", "_row", "_state_of", "_trees", "children", "counts", "legal", "player", "prior", "solved",
+                 "state", "value", "value_sum", "visits")  # fmt: skip
 
-    def __init__(self, **fields: Any) -> None:
-        for name, value in fields.items():
-            setattr(self, name, value)
+    def __init__(self, trees: _Trees, row: int, node: int, state_of: Callable[[], Any]) -> None:
+        self._trees, self._row, self._node, self._state_of = trees, row, node, state_of
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in NodeView.__slots__:
+            raise AttributeError(name)
+        value = self._read(name)
+        setattr(self, name, value)
+        return value
+
+    def _read(self, name: str) -> Any:
+        trees, row, node = self._trees, self._row, self._node
+        if name == "player":
+            return int(trees.player[row, node])
+        if name == "legal":  # none at a finished game, whose legal row was never set
+            return np.flatnonzero(trees.legal[row, node]).tolist()
+        if name == "solved":
+            return _per_seat(trees, row, node)
+        if name == "state":
+            return self._state_of()
+        if name == "prior" and not trees.expanded[row, node]:
+            return None
+        if name in ("counts", "value_sum", "prior"):
+            return getattr(trees, name)[row, node, self.legal].tolist()
+        if name == "visits":
+            return int(trees.visits[row, node])
+        if name == "value":
+            return float(trees.value[row, node])
+        children: list[NodeView | None] = []
+        for action in self.legal:
+            kid = int(trees.child[row, node, action])
+            children.append(None if kid < 0 else NodeView(trees, row, kid, partial(_played, self, action)))
+        return children
 
 
-class _Child:
-    """A root's searched child as the readers of roots see it: its proven result per seat (or None), and its
-    ``pyspiel`` state, made on demand from the root's."""
-
-    __slots__ = ("_action", "_parent", "solved")
-
-    def __init__(self, parent: Any, action: int, solved: list[float] | None) -> None:
-        self._parent, self._action, self.solved = parent, action, solved
-
-    @property
-    def state(self) -> Any:
-        state = self._parent.clone()
-        state.apply_action(self._action)
-        return state
+def _played(parent: NodeView, action: int) -> Any:
+    """``parent``'s state after ``action`` (a new ``pyspiel`` state)."""
+    state = parent.state.clone()
+    state.apply_action(action)
+    return state
 
 
 class _Trees:
@@ -93,7 +119,7 @@ def compiled_search(
     engine_states: list[Any],
     grid: GridGame,
     root_noise: tuple[float, float, np.random.Generator] | None,
-) -> list[RootView]:
+) -> list[NodeView]:
     """``search``'s (a ``PUCTSearch``) trees over ``engine_states``, grown by the kernels; the roots as views."""
     count = len(engine_states)
     trees = _Trees(count, search.simulations + 1, grid)
@@ -123,7 +149,7 @@ def compiled_search(
         pending = _descend(count, search.c_puct, best, *shape, *arrays, leaf_tree, leaf_node, obs, mask)
         if pending:
             _expand(pending, leaf_tree, leaf_node, *evaluate(pending), search.evaluator is None, *arrays)
-    return [_root_view(trees, row, state) for row, state in enumerate(engine_states)]
+    return [NodeView(trees, row, 0, state.clone) for row, state in enumerate(engine_states)]
 
 
 def _leaf_evaluation(
@@ -151,20 +177,6 @@ def _mix_root_noise(trees: _Trees, root_noise: tuple[float, float, np.random.Gen
         if len(legal):
             noise = rng.dirichlet([alpha] * len(legal))
             trees.prior[row, 0, legal] = (1.0 - fraction) * trees.prior[row, 0, legal] + fraction * noise
-
-
-def _root_view(trees: _Trees, row: int, state: Any) -> RootView:
-    legal = np.flatnonzero(trees.legal[row, 0]).tolist()
-    children = []
-    for action in legal:
-        node = trees.child[row, 0, action]
-        children.append(None if node < 0 else _Child(state, action, _per_seat(trees, row, node)))
-    return RootView(
-        state=state, player=int(trees.player[row, 0]), legal=legal, children=children,
-        counts=trees.counts[row, 0, legal].tolist(), value_sum=trees.value_sum[row, 0, legal].tolist(),
-        visits=int(trees.visits[row, 0]), prior=trees.prior[row, 0, legal].tolist(),
-        value=float(trees.value[row, 0]), solved=_per_seat(trees, row, 0),
-    )  # fmt: skip
 
 
 def _per_seat(trees: _Trees, row: int, node: int) -> list[float] | None:

@@ -90,10 +90,10 @@ class AlphaZero(PPO):
         gumbel_q_scaling: ``gumbel``: ``q̂`` in [0, 1] by each node's own minimum and maximum (``minmax``, the
             paper's) or by the game's results (``bounds``: smaller steps from the prior).
         search_backend: ``auto`` (default): the compiled form of the PUCT search (``compiled_puct.py``: the same
-            visits, values and proofs as the Python search, ~2x the self-play steps per second on Connect Four) where
-            it applies (Connect Four and tic-tac-toe, ``search: puct``, ``tree_targets: 0``), the Python search
-            elsewhere; ``compiled``: refuse a game or setting it does not cover, in one line before any game is
-            played; ``python``: always the Python search (the reference).
+            visits, values and proofs as the Python search, ~1.8x faster per Connect Four self-play step) where it
+            applies (Connect Four and tic-tac-toe, ``search: puct``), the Python search elsewhere; ``compiled``:
+            refuse a game or setting it does not cover, in one line before any game is played; ``python``: always
+            the Python search (the reference).
         reflect: train each position, drawn anew per minibatch with probability 1/2, as its left-right mirror image
             (observation, legal moves and policy targets mirrored, value kept: ``envs/games/reflection.py``), so the
             network learns both orientations of every position it is shown (AlphaZero's augmentation by the board's
@@ -175,14 +175,12 @@ class AlphaZero(PPO):
     def _search_of_settings(self) -> PUCTSearch:
         """The search ``search`` names, with its settings (Gumbel's Dirichlet conflict refused in one line)."""
         hp = self.hparams
-        if hp.search_backend == "compiled" and (hp.tree_targets or hp.search != "puct"):
-            raise ConfigError(f"model.search_backend=compiled covers search: puct with tree_targets: 0 (got search: "
-                              f"{hp.search}, tree_targets: {hp.tree_targets}); use search_backend: auto or "
-                              "python")  # fmt: skip
+        if hp.search_backend == "compiled" and hp.search != "puct":
+            raise ConfigError(f"model.search_backend=compiled covers search: puct, not {hp.search}; use "
+                              "search_backend: auto or python")  # fmt: skip
         if hp.search == "puct":
-            # The tree targets read whole trees, which only the Python search keeps.
-            backend = "python" if hp.tree_targets else hp.search_backend
-            return PUCTSearch(self.logits_and_value, hp.simulations, hp.c_puct, field="model.", backend=backend)
+            return PUCTSearch(self.logits_and_value, hp.simulations, hp.c_puct, field="model.",
+                              backend=hp.search_backend)  # fmt: skip
         if hp.dirichlet_fraction > 0:
             raise ConfigError(f"model.dirichlet_fraction={hp.dirichlet_fraction} adds Dirichlet noise to PUCT's root, "
                               "but search: gumbel explores by its Gumbel draw: set "

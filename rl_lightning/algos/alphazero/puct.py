@@ -412,9 +412,6 @@ def tree_positions(roots: list[_Node], count: int, min_visits: int) -> list[list
     then the most visited. Both seats' positions: the opponent's replies train the same network."""
     picked = []
     for root in roots:
-        if not isinstance(root, _Node):
-            raise TypeError("tree_positions reads whole trees, which only the Python search keeps: search with "
-                            "backend='python'")  # fmt: skip
         found, stack = [], [child for child in root.children if child is not None]
         while stack:
             node = stack.pop()
