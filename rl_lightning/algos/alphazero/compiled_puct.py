@@ -1,7 +1,7 @@
 """``PUCTSearch``'s search (``puct.py``), with its trees in arrays and its tree work compiled, for the grid games the
 kernels of ``grid_games.py`` play (Connect Four, tic-tac-toe).
 
-The Python search spends ~60% of a Connect Four self-play step walking ``_Node`` objects and cloning ``pyspiel``
+The Python search spends over half of a Connect Four self-play step walking ``_Node`` objects and cloning ``pyspiel``
 states; here each simulation is one compiled descent over every tree (PUCT's choice, a new node played by the
 kernels, a finished game's result backed up and proven), one batched network forward of the leaves, and one
 compiled expansion and backup. It makes the same choices in the same order with the same float64 arithmetic, so
