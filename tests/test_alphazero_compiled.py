@@ -244,6 +244,17 @@ def test_compiled_where_it_cannot_apply_is_refused_in_one_line():
         AlphaZero(env.spec, simulations=4, search_backend="numba")
 
 
+def test_without_numba_the_compiled_search_is_refused_in_one_line_naming_the_fix(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numba" else real(name, *a))
+    c4 = pyspiel.load_game("connect_four")
+    with pytest.raises(ConfigError, match=r"search_backend=auto: the compiled search of connect_four\(\) needs numba"):
+        PUCTSearch(None, 4, 1.5).compiled_grid(c4)
+    assert PUCTSearch(None, 4, 1.5, backend="python").compiled_grid(c4) is None  # the named way out
+
+
 def test_cli_refuses_compiled_for_the_gumbel_search_in_one_line_and_fits_as_the_python_search_does(tmp_path):
     # The Gumbel search, which has no compiled form, refused; the tic-tac-toe config as it ships (tree targets
     # included) fitted compiled and then with the Python search: the same weights.

@@ -27,6 +27,7 @@ bot (``games/search.py``).
 from __future__ import annotations
 
 import gc
+import importlib.util
 import math
 import random
 from collections.abc import Callable
@@ -243,6 +244,9 @@ class PUCTSearch:
                     raise ConfigError(f"{self._field}search_backend=compiled: {problem}; use search_backend: auto "
                                       "(the Python search there) or python")  # fmt: skip
                 return None
+        if importlib.util.find_spec("numba") is None:
+            raise ConfigError(f"{self._field}search_backend={self.backend}: the compiled search of {game} needs numba; "
+                              "pip install 'rl-lightning[games]', or set search_backend: python")  # fmt: skip
         return grid
 
     def _search(self, engine_states: list[Any], root_noise: Any) -> list[_Node]:
