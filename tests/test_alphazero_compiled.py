@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import random
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -244,15 +246,30 @@ def test_compiled_where_it_cannot_apply_is_refused_in_one_line():
         AlphaZero(env.spec, simulations=4, search_backend="numba")
 
 
-def test_without_numba_the_compiled_search_is_refused_in_one_line_naming_the_fix(monkeypatch):
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numba" else real(name, *a))
-    c4 = pyspiel.load_game("connect_four")
-    with pytest.raises(ConfigError, match=r"search_backend=auto: the compiled search of connect_four\(\) needs numba"):
-        PUCTSearch(None, 4, 1.5).compiled_grid(c4)
-    assert PUCTSearch(None, 4, 1.5, backend="python").compiled_grid(c4) is None  # the named way out
+def test_without_numba_the_compiled_search_is_refused_in_one_line_naming_the_fix():
+    # A fresh interpreter in which numba cannot be imported: the rules still import, a search the compiled form
+    # covers is refused naming the fix, and search_backend: python runs.
+    script = (
+        "import sys; sys.modules['numba'] = None\n"
+        "import pyspiel\n"
+        "from rl_lightning.algos.alphazero.puct import PUCTSearch\n"
+        "from rl_lightning.errors import ConfigError\n"
+        "c4 = pyspiel.load_game('connect_four')\n"
+        "try:\n"
+        "    PUCTSearch(None, 4, 1.5).search([c4.new_initial_state()])\n"
+        "except ConfigError as error:\n"
+        "    print('REFUSED', error)\n"
+        "roots = PUCTSearch(None, 4, 1.5, backend='python').search([c4.new_initial_state()])\n"
+        "print('PYTHON', roots[0].visits)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    expected = ("REFUSED search_backend=auto: the compiled search of connect_four() needs numba; "
+                "pip install 'rl-lightning[games]', or set search_backend: python")  # fmt: skip
+    assert lines[0] == expected, lines
+    assert lines[1] == "PYTHON 4"
 
 
 def test_cli_refuses_compiled_for_the_gumbel_search_in_one_line_and_fits_as_the_python_search_does(tmp_path):

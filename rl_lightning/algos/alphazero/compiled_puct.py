@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from numba import njit
 
 from rl_lightning.algos.alphazero.grid_games import (
     GridGame,
@@ -28,6 +27,7 @@ from rl_lightning.algos.alphazero.grid_games import (
     is_legal,
     landing_cell,
     makes_line,
+    njit,
     write_observation,
 )
 

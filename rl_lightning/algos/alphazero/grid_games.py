@@ -16,7 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba import njit
+
+try:
+    from numba import njit
+except ImportError:  # the search refuses to run uncompiled (``PUCTSearch.compiled_grid``); the rules still import
+
+    def njit(**_: Any) -> Any:
+        return lambda function: function
 
 
 @dataclass(frozen=True)
