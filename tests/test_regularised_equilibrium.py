@@ -77,3 +77,9 @@ def test_equilibrium_is_the_logit_fixed_point_and_its_exploitability_falls_with_
     uniform = req.exploitability(tree, [np.full(len(a), 1.0 / len(a)) for a in tree.infoset_actions])
     assert uniform > floors[0] > floors[1] > floors[2] > 0.0
     assert math.isclose(uniform, 0.4583333, rel_tol=1e-5)  # Kuhn's uniform policy: NashConv 11/12, halved
+
+
+def test_the_diagnosis_reads_entropy_in_nats_with_zero_probabilities_left_out():
+    assert req._entropy(np.full(3, 1 / 3)) == pytest.approx(math.log(3))
+    assert req._entropy(np.array([1.0, 0.0])) == 0.0
+    assert req._entropy(np.array([0.25, 0.75])) == pytest.approx(-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)))

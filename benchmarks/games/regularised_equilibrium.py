@@ -183,20 +183,31 @@ def checkpoint_policy(tree: Tree, ckpt: str, env_id: str) -> list[np.ndarray]:
     return policy
 
 
+def _entropy(probabilities: np.ndarray) -> float:
+    inside = probabilities[probabilities > 0]
+    return float(-(inside * np.log(inside)).sum())
+
+
 def diagnose(tree: Tree, policy: list[np.ndarray], equilibrium: list[np.ndarray]) -> None:
     """Where ``policy``'s exploitability comes from, against the regularised ``equilibrium``."""
     visits = self_play_reach(tree, policy)
     distance = np.array([0.5 * np.abs(a - b).sum() for a, b in zip(policy, equilibrium)])
     print(f"policy: exploitability {exploitability(tree, policy):.4f}; equilibrium: "
           f"{exploitability(tree, equilibrium):.4f}")
-    print("| self-play reach of the information set | sets | total variation to the equilibrium: mean | max |")
-    print("|---|---:|---:|---:|")
+    # Which way the error points: an under-trained set stays nearer its uniform start (more entropy than the
+    # equilibrium); an over-shooting or noisy one is as often sharper as flatter.
+    entropy_gap = np.array([_entropy(a) - _entropy(b) for a, b in zip(policy, equilibrium)])
+    print("| self-play reach of the information set | sets | total variation to the equilibrium: mean | max "
+          "| entropy minus the equilibrium's (nats): mean | share flatter than the equilibrium |")
+    print("|---|---:|---:|---:|---:|---:|")
     edges = [1.0, 1e-2, 1e-3, 1e-4, 1e-5, 0.0]
     for high, low in zip(edges, edges[1:]):
         inside = (visits >= low) & (visits < high) if high < 1.0 else visits >= low
         if inside.any():
             mean, worst = distance[inside].mean(), distance[inside].max()
-            print(f"| [{low:g}, {high:g}) | {inside.sum()} | {mean:.3f} | {worst:.3f} |")
+            flatter = (entropy_gap[inside] > 0).mean()
+            print(f"| [{low:g}, {high:g}) | {inside.sum()} | {mean:.3f} | {worst:.3f} | "
+                  f"{entropy_gap[inside].mean():+.3f} | {flatter:.2f} |")
     print("| reach threshold | exploitability: policy at or above it, equilibrium below | equilibrium at or above, "
           "policy below |")
     print("|---:|---:|---:|")
