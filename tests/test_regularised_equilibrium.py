@@ -83,3 +83,19 @@ def test_the_diagnosis_reads_entropy_in_nats_with_zero_probabilities_left_out():
     assert req._entropy(np.full(3, 1 / 3)) == pytest.approx(math.log(3))
     assert req._entropy(np.array([1.0, 0.0])) == 0.0
     assert req._entropy(np.array([0.25, 0.75])) == pytest.approx(-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)))
+
+
+def _own_gaps(capsys, tree, policy, equilibrium, alpha) -> list[float]:
+    """The diagnosis's last column (distance to softmax(own values / weight)) for every reach bucket it prints."""
+    req.diagnose(tree, policy, equilibrium, alpha)
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| [")]
+    return [float(line.rstrip(" |").rsplit("|", 1)[1]) for line in rows]
+
+
+def test_the_diagnosis_measures_each_set_against_its_regularised_response_to_its_own_values(capsys):
+    tree = req.Tree(pyspiel.load_game("kuhn_poker"))
+    equilibrium, change = req.regularised_equilibrium(tree, 0.3, step=0.3, iterations=2000)
+    assert change < 1e-8
+    assert max(_own_gaps(capsys, tree, equilibrium, equilibrium, 0.3)) < 1e-6  # the fixed point answers itself
+    uniform = [np.full(len(a), 1.0 / len(a)) for a in tree.infoset_actions]
+    assert max(_own_gaps(capsys, tree, uniform, equilibrium, 0.3)) > 0.1

@@ -183,13 +183,18 @@ def checkpoint_policy(tree: Tree, ckpt: str, env_id: str) -> list[np.ndarray]:
     return policy
 
 
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    e = np.exp(logits - logits.max())
+    return e / e.sum()
+
+
 def _entropy(probabilities: np.ndarray) -> float:
     inside = probabilities[probabilities > 0]
     return float(-(inside * np.log(inside)).sum())
 
 
-def diagnose(tree: Tree, policy: list[np.ndarray], equilibrium: list[np.ndarray]) -> None:
-    """Where ``policy``'s exploitability comes from, against the regularised ``equilibrium``."""
+def diagnose(tree: Tree, policy: list[np.ndarray], equilibrium: list[np.ndarray], alpha: float) -> None:
+    """Where ``policy``'s exploitability comes from, against the regularised ``equilibrium`` of weight ``alpha``."""
     visits = self_play_reach(tree, policy)
     distance = np.array([0.5 * np.abs(a - b).sum() for a, b in zip(policy, equilibrium)])
     print(f"policy: exploitability {exploitability(tree, policy):.4f}; equilibrium: "
@@ -197,9 +202,15 @@ def diagnose(tree: Tree, policy: list[np.ndarray], equilibrium: list[np.ndarray]
     # Which way the error points: an under-trained set stays nearer its uniform start (more entropy than the
     # equilibrium); an over-shooting or noisy one is as often sharper as flatter.
     entropy_gap = np.array([_entropy(a) - _entropy(b) for a, b in zip(policy, equilibrium)])
+    # How far each set is from the regularised response to the policy's own exact values, softmax(q / alpha): zero at
+    # every set only at the equilibrium. Large where the learner fails to follow its values; small where it follows
+    # them and the error comes from the other sets' play.
+    response = [_softmax(q / alpha) for q in action_values(tree, policy, alpha)]
+    own_gap = np.array([0.5 * np.abs(a - b).sum() for a, b in zip(policy, response)])
     print("| self-play reach of the information set | sets | total variation to the equilibrium: mean | max "
-          "| entropy minus the equilibrium's (nats): mean | share flatter than the equilibrium |")
-    print("|---|---:|---:|---:|---:|---:|")
+          "| entropy minus the equilibrium's (nats): mean | share flatter than the equilibrium "
+          "| total variation to softmax(own values / weight): mean |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     edges = [1.0, 1e-2, 1e-3, 1e-4, 1e-5, 0.0]
     for high, low in zip(edges, edges[1:]):
         inside = (visits >= low) & (visits < high) if high < 1.0 else visits >= low
@@ -207,7 +218,7 @@ def diagnose(tree: Tree, policy: list[np.ndarray], equilibrium: list[np.ndarray]
             mean, worst = distance[inside].mean(), distance[inside].max()
             flatter = (entropy_gap[inside] > 0).mean()
             print(f"| [{low:g}, {high:g}) | {inside.sum()} | {mean:.3f} | {worst:.3f} | "
-                  f"{entropy_gap[inside].mean():+.3f} | {flatter:.2f} |")
+                  f"{entropy_gap[inside].mean():+.3f} | {flatter:.2f} | {own_gap[inside].mean():.3f} |")
     print("| reach threshold | exploitability: policy at or above it, equilibrium below | equilibrium at or above, "
           "policy below |")
     print("|---:|---:|---:|")
@@ -235,7 +246,7 @@ def main() -> None:
         for weight in [w for w in (1.0, 0.5, 0.3) if w > alpha] + [alpha]:  # warm-started down the weights, as above
             equilibrium, change = regularised_equilibrium(tree, weight, args.step, args.iterations, equilibrium)
         print(f"equilibrium at weight {alpha:g}: last step's change {change:.1e}")
-        diagnose(tree, checkpoint_policy(tree, args.ckpt, f"open_spiel:{args.game}"), equilibrium)
+        diagnose(tree, checkpoint_policy(tree, args.ckpt, f"open_spiel:{args.game}"), equilibrium, alpha)
         return
     print(f"{args.game}: {len(tree.kind)} nodes, {len(tree.infoset_actions)} information sets "
           f"({time.perf_counter() - started:.1f} s)")
