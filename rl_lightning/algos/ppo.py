@@ -23,6 +23,7 @@ from rl_lightning.errors import ConfigError, check_fields, require_torch_compile
 from rl_lightning.networks.encoders import ObsEncoder
 from rl_lightning.networks.mlp import flat_size, mlp
 from rl_lightning.networks.normalizers import RewardScaler, observation_normalizer
+from rl_lightning.networks.observation_table import TableCorrected
 from rl_lightning.objectives.ppo import explained_variance, ppo_loss
 
 REWARD_RETURNS_KEY = "reward_scaler_returns"
@@ -118,6 +119,14 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         critic_warmup_updates: for this many first updates only the value loss trains (the actor keeps its
             ``init_weights``, e.g. a behaviour-cloned policy, while the critic learns its values, so the first policy
             updates follow meaningful advantages). 0: off.
+        policy_table_rows: add a learned logit correction per distinct observation to the actor, hashed into this
+            many rows (``networks/observation_table.py``), so each information set of a small game owns part of its
+            policy that the shared network cannot bias toward the common sets' answers. For the integer-valued
+            observations of small games (OpenSpiel information states; e.g. 65536 rows for Leduc's 936 sets);
+            Discrete actions, a parameter-free encoder and ``normalize_obs: false``. 0: off.
+        policy_table_lr_scale: the table's learning rate as a multiple of ``lr`` (it follows the same schedule):
+            Adam moves a row by ~lr per update it is visited in, so rows of rare sets need a larger lr to travel
+            as far over a run as the shared weights do. 1.0: the same lr.
     """
 
     family = "ppo"
@@ -159,6 +168,8 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         histograms_every_n_updates: int | None = None,
         magnet: str | dict[str, Any] | None = None,
         critic_warmup_updates: int = 0,
+        policy_table_rows: int = 0,
+        policy_table_lr_scale: float = 1.0,
     ) -> None:
         super().__init__(env_spec)
         self.save_hyperparameters()
@@ -184,6 +195,9 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
             obs_dim, out_dim, hidden_sizes, activation, output_gain=0.01, orthogonal=ortho_init, float32=True
         )
         self.critic = mlp(obs_dim, 1, hidden_sizes, activation, output_gain=1.0, orthogonal=ortho_init, float32=True)
+        if policy_table_rows:
+            _check_policy_table(spec, self.encoder, normalize_obs)
+            self.actor = TableCorrected(self.actor, obs_dim, out_dim, policy_table_rows)
         if sde and (kind != "box" or not hidden_sizes):
             raise ConfigError(f"model.sde=true needs Box actions and hidden layers (gSDE reads the actor's last hidden "
                               f"features); this env has {kind} actions and hidden_sizes={list(hidden_sizes)}: set "
@@ -214,7 +228,13 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         # The fused kernel is ~20% faster than the default per-tensor path for these small nets on CPU.
         fused = self.device.type in ("cpu", "cuda")
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, eps=self.hparams.adam_eps, fused=fused)
+        hp = self.hparams
+        params: Any = self.parameters()
+        if isinstance(self.actor, TableCorrected):  # the table's group: its own lr multiple, on the same schedule
+            table, scale = self.actor.table, hp.get("policy_table_lr_scale", 1.0)
+            rest = [p for p in self.parameters() if p is not table]
+            params = [{"params": rest, "lr_scale": 1.0}, {"params": [table], "lr": hp.lr * scale, "lr_scale": scale}]
+        return torch.optim.Adam(params, lr=hp.lr, eps=hp.adam_eps, fused=fused)
 
     def check_config(self, datamodule: Any) -> None:
         """Setup-time arithmetic: the rollout must split into ``num_minibatches`` equal minibatches of ≥ 2; gSDE's
@@ -253,7 +273,7 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
             frac *= self.magnet.lr_scale()
         if hp.anneal_lr or (self.magnet is not None and self.magnet.settings["lr_follows_below"] is not None):
             for group in optimizer.param_groups:
-                group["lr"] = frac * hp.lr
+                group["lr"] = frac * hp.lr * group.get("lr_scale", 1.0)
         stats = self.update(batch, optimizer)
         if self.keep_histogram_source:  # the Histograms callback reads it after this step, then drops it
             self.histogram_source = batch
@@ -344,6 +364,17 @@ def lr_fraction(env_steps: int, total_env_steps: int, start: float = 0.0) -> flo
     return 1.0 if progress <= start else (1.0 - progress) / (1.0 - start)
 
 
+def _check_policy_table(spec: EnvSpec, encoder: ObsEncoder, normalize_obs: bool) -> None:
+    """The table's row is a hash of the raw observation, so the features must be the observation itself."""
+    if spec.action_kind != "discrete":
+        raise ConfigError(f"model.policy_table_rows corrects Discrete logits; this env has {spec.action_kind} "
+                          "actions: set policy_table_rows: 0")  # fmt: skip
+    if normalize_obs or any(True for _ in encoder.parameters()) or encoder.fixed_decoding:
+        raise ConfigError("model.policy_table_rows hashes the raw observation into a row, so it needs the flat "
+                          "observation as the actor's input: set normalize_obs: false and encoder: mlp (no CNN, no "
+                          "decoding), or policy_table_rows: 0")  # fmt: skip
+
+
 def _check_hparams(hp: Any) -> None:
     checks = [
         ("update_epochs", hp.update_epochs >= 1, "use >= 1"),
@@ -363,6 +394,13 @@ def _check_hparams(hp: Any) -> None:
         ("norm_clip_obs", hp.norm_clip_obs > 0, "use a positive bound, e.g. 10"),
         ("norm_clip_reward", hp.norm_clip_reward > 0, "use a positive bound, e.g. 10"),
         ("critic_warmup_updates", hp.critic_warmup_updates >= 0, "use 0 (off) or a number of updates"),
+        ("policy_table_rows", hp.get("policy_table_rows", 0) >= 0, "use 0 (off) or a number of rows, e.g. 65536"),
+        ("policy_table_lr_scale", hp.get("policy_table_lr_scale", 1.0) > 0, "use a positive multiple of lr, e.g. 10"),
+        (
+            "policy_table_lr_scale",
+            hp.get("policy_table_rows", 0) or hp.get("policy_table_lr_scale", 1.0) == 1.0,
+            "it scales the table's lr; set policy_table_rows too (or policy_table_lr_scale: 1)",
+        ),
         (
             "critic_warmup_updates",
             not (hp.critic_warmup_updates and hp.get("compile_update")),
