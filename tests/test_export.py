@@ -40,6 +40,7 @@ CASES = {
     "ppo_cartpole": (CartPole, lambda env: tiny_ppo(env, **PPO_FIT)),
     "ppo_pendulum_normalized": (Pendulum, lambda env: tiny_ppo(env, **PPO_FIT, normalize_obs=True)),
     "ppo_tictactoe_masked": (TicTacToe, lambda env: tiny_ppo(env, **PPO_FIT)),
+    "ppo_tictactoe_table": (TicTacToe, lambda env: tiny_ppo(env, **PPO_FIT, policy_table_rows=512)),
     "ppo_catch_nature": (lambda: Catch(size=64), lambda env: tiny_ppo(env, **CNN_FIT, encoder="nature")),
     "ppo_catch_impala": (lambda: Catch(size=16), lambda env: tiny_ppo(env, **CNN_FIT, encoder="impala")),
     "ppo_dict_normalized": (lambda: _gym("TwoKeyDict", length=6),
