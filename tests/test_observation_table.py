@@ -108,6 +108,31 @@ def test_the_table_learns_at_its_own_multiple_of_the_scheduled_lr(tmp_path) -> N
     assert table["lr"] == pytest.approx(10.0 * rest["lr"])
 
 
+def test_a_value_table_corrects_the_critic_at_its_own_lr(tmp_path) -> None:
+    pytest.importorskip("pyspiel")
+    from helpers import trainer
+
+    from rl_lightning.envs.games import OpenSpielEnv
+
+    env = OpenSpielEnv("open_spiel:kuhn_poker")
+    datamodule = OnPolicyDataModule(env, num_envs=8, num_steps=8, total_env_steps=256, seats={0: "self", 1: "self"})
+    module = PPO(env_spec=env.spec, hidden_sizes=(8,), update_epochs=1, num_minibatches=2, policy_table_rows=256,
+                 policy_table_lr_scale=3.0, value_table_rows=128, value_table_lr_scale=20.0, lr=1e-3)  # fmt: skip
+    assert isinstance(module.critic, TableCorrected)
+    assert module.critic.table.shape == (128, 1)
+    groups = module.configure_optimizers().param_groups
+    assert [g["params"] for g in groups[1:]] == [[module.actor.table], [module.critic.table]]
+    assert [g["lr"] for g in groups] == pytest.approx([1e-3, 3e-3, 2e-2])
+    trainer(tmp_path).fit(module, datamodule)
+    rows = (module.critic.table.abs().sum(-1) > 0).sum()
+    assert rows >= 6  # Kuhn's 12 information states; most are reached and their values move
+    features = module._critic_features(datamodule.last_rollout.batch.reshape(-1))
+    with torch.no_grad():
+        plain = torch.nn.Sequential(*module.critic)(features)
+        torch.testing.assert_close(module.critic(features), plain + module.critic.table[module.critic.row(features)])
+        assert not torch.allclose(module.critic(features), plain)  # the rows of the played sets are not zero
+
+
 def test_refusals_name_the_field() -> None:
     spec = OnPolicyDataModule(Pendulum(), num_envs=2, num_steps=4).env_spec
     with pytest.raises(ConfigError, match="policy_table_rows corrects Discrete logits"):
@@ -123,3 +148,11 @@ def test_refusals_name_the_field() -> None:
         PPO(env_spec=spec, policy_table_rows=64, policy_table_lr_scale=0.0)
     with pytest.raises(ConfigError, match="not supported by RecurrentPPO"):
         RecurrentPPO(env_spec=spec, policy_table_rows=64)
+    with pytest.raises(ConfigError, match="model.value_table_rows is not supported by RecurrentPPO"):
+        RecurrentPPO(env_spec=spec, value_table_rows=64)
+    with pytest.raises(ConfigError, match="value_table_rows hashes the raw observation"):
+        PPO(env_spec=spec, value_table_rows=64, normalize_obs=True)
+    with pytest.raises(ConfigError, match="value_table_lr_scale=5.0 is invalid: it scales the value table's lr"):
+        PPO(env_spec=spec, value_table_lr_scale=5.0)
+    pendulum = OnPolicyDataModule(Pendulum(), num_envs=2, num_steps=4).env_spec
+    assert isinstance(PPO(env_spec=pendulum, value_table_rows=64).critic, TableCorrected)  # any action kind

@@ -127,6 +127,10 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         policy_table_lr_scale: the table's learning rate as a multiple of ``lr`` (it follows the same schedule):
             Adam moves a row by ~lr per update it is visited in, so rows of rare sets need a larger lr to travel
             as far over a run as the shared weights do. 1.0: the same lr.
+        value_table_rows: the same for the critic: a learned value correction per distinct observation (same hash,
+            same requirements but any action kind), so a rarely reached set's value answers its own returns, not
+            the common sets'; matters where advantages bootstrap from it (``gae_lambda`` < 1). 0: off.
+        value_table_lr_scale: the value table's learning rate as a multiple of ``lr``. 1.0: the same lr.
     """
 
     family = "ppo"
@@ -170,6 +174,8 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         critic_warmup_updates: int = 0,
         policy_table_rows: int = 0,
         policy_table_lr_scale: float = 1.0,
+        value_table_rows: int = 0,
+        value_table_lr_scale: float = 1.0,
     ) -> None:
         super().__init__(env_spec)
         self.save_hyperparameters()
@@ -196,8 +202,11 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         )
         self.critic = mlp(obs_dim, 1, hidden_sizes, activation, output_gain=1.0, orthogonal=ortho_init, float32=True)
         if policy_table_rows:
-            _check_policy_table(spec, self.encoder, normalize_obs)
+            _check_observation_table("policy_table_rows", spec, self.encoder, normalize_obs, discrete=True)
             self.actor = TableCorrected(self.actor, obs_dim, out_dim, policy_table_rows)
+        if value_table_rows:
+            _check_observation_table("value_table_rows", spec, self.encoder, normalize_obs, discrete=False)
+            self.critic = TableCorrected(self.critic, obs_dim, 1, value_table_rows)
         if sde and (kind != "box" or not hidden_sizes):
             raise ConfigError(f"model.sde=true needs Box actions and hidden layers (gSDE reads the actor's last hidden "
                               f"features); this env has {kind} actions and hidden_sizes={list(hidden_sizes)}: set "
@@ -229,11 +238,13 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         # The fused kernel is ~20% faster than the default per-tensor path for these small nets on CPU.
         fused = self.device.type in ("cpu", "cuda")
         hp = self.hparams
+        tables = [(head.table, hp.get(f"{name}_table_lr_scale", 1.0)) for name, head in
+                  (("policy", self.actor), ("value", self.critic)) if isinstance(head, TableCorrected)]  # fmt: skip
         params: Any = self.parameters()
-        if isinstance(self.actor, TableCorrected):  # the table's group: its own lr multiple, on the same schedule
-            table, scale = self.actor.table, hp.get("policy_table_lr_scale", 1.0)
-            rest = [p for p in self.parameters() if p is not table]
-            params = [{"params": rest, "lr_scale": 1.0}, {"params": [table], "lr": hp.lr * scale, "lr_scale": scale}]
+        if tables:  # each table its own group: its own lr multiple, on the same schedule
+            rest = [p for p in self.parameters() if all(p is not table for table, _ in tables)]
+            params = [{"params": rest, "lr_scale": 1.0}]
+            params += [{"params": [table], "lr": hp.lr * scale, "lr_scale": scale} for table, scale in tables]
         return torch.optim.Adam(params, lr=hp.lr, eps=hp.adam_eps, fused=fused)
 
     def check_config(self, datamodule: Any) -> None:
@@ -364,15 +375,17 @@ def lr_fraction(env_steps: int, total_env_steps: int, start: float = 0.0) -> flo
     return 1.0 if progress <= start else (1.0 - progress) / (1.0 - start)
 
 
-def _check_policy_table(spec: EnvSpec, encoder: ObsEncoder, normalize_obs: bool) -> None:
-    """The table's row is a hash of the raw observation, so the features must be the observation itself."""
-    if spec.action_kind != "discrete":
-        raise ConfigError(f"model.policy_table_rows corrects Discrete logits; this env has {spec.action_kind} "
-                          "actions: set policy_table_rows: 0")  # fmt: skip
+def _check_observation_table(
+    field: str, spec: EnvSpec, encoder: ObsEncoder, normalize_obs: bool, discrete: bool
+) -> None:
+    """A table's row is a hash of the raw observation, so the features must be the observation itself."""
+    if discrete and spec.action_kind != "discrete":
+        raise ConfigError(f"model.{field} corrects Discrete logits; this env has {spec.action_kind} actions: set "
+                          f"{field}: 0")  # fmt: skip
     if normalize_obs or any(True for _ in encoder.parameters()) or encoder.fixed_decoding:
-        raise ConfigError("model.policy_table_rows hashes the raw observation into a row, so it needs the flat "
-                          "observation as the actor's input: set normalize_obs: false and encoder: mlp (no CNN, no "
-                          "decoding), or policy_table_rows: 0")  # fmt: skip
+        raise ConfigError(f"model.{field} hashes the raw observation into a row, so it needs the flat observation "
+                          "as the network's input: set normalize_obs: false and encoder: mlp (no CNN, no decoding), "
+                          f"or {field}: 0")  # fmt: skip
 
 
 def _check_hparams(hp: Any) -> None:
@@ -400,6 +413,13 @@ def _check_hparams(hp: Any) -> None:
             "policy_table_lr_scale",
             hp.get("policy_table_rows", 0) or hp.get("policy_table_lr_scale", 1.0) == 1.0,
             "it scales the table's lr; set policy_table_rows too (or policy_table_lr_scale: 1)",
+        ),
+        ("value_table_rows", hp.get("value_table_rows", 0) >= 0, "use 0 (off) or a number of rows, e.g. 65536"),
+        ("value_table_lr_scale", hp.get("value_table_lr_scale", 1.0) > 0, "use a positive multiple of lr, e.g. 10"),
+        (
+            "value_table_lr_scale",
+            hp.get("value_table_rows", 0) or hp.get("value_table_lr_scale", 1.0) == 1.0,
+            "it scales the value table's lr; set value_table_rows too (or value_table_lr_scale: 1)",
         ),
         (
             "critic_warmup_updates",

@@ -79,11 +79,12 @@ class RecurrentPPO(PPO):
                 "model.init_weights is not supported by RecurrentPPO (its heads read the core, not the encoder); "
                 "remove it, or resume a RecurrentPPO run with --ckpt_path"
             )
-        if kwargs.get("policy_table_rows"):  # the table keys on the observation; these heads read the core
-            raise ConfigError(
-                "model.policy_table_rows is not supported by RecurrentPPO (its actor reads the core's state, not the "
-                "observation the table is keyed on); set model.policy_table_rows: 0"
-            )
+        for field in ("policy_table_rows", "value_table_rows"):  # tables key on the observation; heads read the core
+            if kwargs.get(field):
+                raise ConfigError(
+                    f"model.{field} is not supported by RecurrentPPO (its heads read the core's state, not the "
+                    f"observation the table is keyed on); set model.{field}: 0"
+                )
         super().__init__(env_spec, hidden_sizes=hidden_sizes, **kwargs)
         spec = self.env_spec
         if spec.num_seats > 1:
