@@ -11,6 +11,9 @@ TRUNCATED = "truncated"  # episode cut by a time limit: bootstrap from V(final_o
 IS_FIRST = "is_first"  # OBS starts a new episode
 ACTION_MASK = "action_mask"  # bool [..., n]; True = legal
 SEAT = "seat"  # int64 [B]: the seat to act next in a multi-seat game (docs/guides/games.md)
+#: float [B, S * D]: every seat's view of the state, the acting seat's first, then the others in turn order: what a
+#: centralised critic reads in training (never the policy); emitted by game envs that offer it (``critic_obs``).
+CRITIC_OBS = "critic_obs"
 # bool [B, S], multi-seat games that can truncate: the seat was still in the game when it was cut (bootstrap from its
 # final_obs); a seat eliminated earlier (terminated) reads False. Absent: every seat follows the game's truncated.
 SEAT_TRUNCATED = "seat_truncated"

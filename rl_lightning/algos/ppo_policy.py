@@ -15,6 +15,7 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning import keys
+from rl_lightning.errors import ConfigError
 from rl_lightning.networks import distributions as D
 from rl_lightning.networks.sde import sde_log_std, sde_matrices, sde_noise
 
@@ -47,11 +48,19 @@ class PPOPolicy:
     def logits_and_value(self, obs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(masked logits [N, A], value [N])`` of a batch of raw observations: the network as a search reads it
         (``algos/alphazero/puct.py``)."""
+        if self.critic_reads_state:
+            raise ConfigError(
+                "this PPO's critic reads critic_obs (every seat's view), which a search over one "
+                "seat's observation cannot supply; search with a network whose critic_input is obs"
+            )
         td = TensorDict({keys.OBS: obs, keys.ACTION_MASK: mask}, batch_size=[len(obs)]).to(self.device)
         features, critic_features = self._features(td)
         return self._logits(td, features), self.critic(critic_features).squeeze(-1)
 
     def _critic_features(self, td: TensorDict) -> torch.Tensor:
+        """What the critic reads: the encoded observation, or (``critic_input: critic_obs``) every seat's view."""
+        if self.critic_reads_state:
+            return td[keys.CRITIC_OBS].float()
         return (self.encoder if self.critic_encoder is None else self.critic_encoder)(self._obs(td))
 
     def _logits(self, td: TensorDict, features: torch.Tensor) -> torch.Tensor:
@@ -173,6 +182,10 @@ class PPOPolicy:
 
     def evaluate_actions(self, td: TensorDict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(logprob, entropy, value)`` of the stored actions under the current weights (with gradients)."""
+        if self.critic_reads_state:
+            features, critic_features = self.encoder(self._obs(td)), self._critic_features(td)
+            return self._heads_log_prob_entropy_value(features, critic_features, td[keys.ACTION],
+                                                      td.get(keys.ACTION_MASK, None))  # fmt: skip
         return self._log_prob_entropy_value(self._obs(td), td[keys.ACTION], td.get(keys.ACTION_MASK, None))
 
     def _log_prob_entropy_value(

@@ -109,6 +109,8 @@ class PPOUpdate:
             columns[keys.OBS] = obs
         if keys.ACTION_MASK in batch:
             columns[keys.ACTION_MASK] = batch[keys.ACTION_MASK]
+        if getattr(self, "critic_reads_state", False):  # a centralised critic: every seat's view
+            columns[keys.CRITIC_OBS] = batch[keys.CRITIC_OBS]
 
         def epoch() -> Iterator[dict[str, Any]]:
             perm = torch.randperm(batch.numel(), generator=self.generator)[:size].to(batch.device)

@@ -79,6 +79,11 @@ class RecurrentPPO(PPO):
                 "model.init_weights is not supported by RecurrentPPO (its heads read the core, not the encoder); "
                 "remove it, or resume a RecurrentPPO run with --ckpt_path"
             )
+        if kwargs.get("critic_input", "obs") != "obs":  # the critic core reads the encoded observation
+            raise ConfigError(
+                "model.critic_input=critic_obs is not supported by RecurrentPPO (its critic reads its core's state); "
+                "use PPO, or critic_input: obs"
+            )
         for field in ("policy_table_rows", "value_table_rows"):  # tables key on the observation; heads read the core
             if kwargs.get(field):
                 raise ConfigError(

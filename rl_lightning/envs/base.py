@@ -72,6 +72,8 @@ class EnvSpec:
         game_params: the game's rule parameters that differ from its defaults, as sorted ``(name, value)`` pairs
             (OpenSpiel ``game_kwargs``: ``(("qs_breaks_hearts", False),)``); a game's fixed decoding of the
             observation (``model.encoder: hearts``) reads the rules it depends on from them.
+        critic_obs_shape: shape of ``critic_obs`` (every seat's view, for a centralised critic) where the env emits
+            it, else ``()``.
     """
 
     name: str
@@ -91,6 +93,7 @@ class EnvSpec:
     num_seats: int = 1
     perfect_information: bool = True
     game_params: tuple[tuple[str, Any], ...] = ()
+    critic_obs_shape: tuple[int, ...] = ()
 
     def __getstate__(self) -> dict[str, Any]:
         """The fields with dtypes as names (``"int8"``): a hyper-parameter YAML writer (``hparams.yaml``) and pickle

@@ -60,6 +60,7 @@ class TickBuffers:
     score: np.ndarray | None = None  # [B, S] float32, on rows whose game ended
     final_obs: np.ndarray | None = None  # [B, S, *obs], on rows whose game ended
     seat_truncated: np.ndarray | None = None  # [B, S] bool, on rows whose game ended: the seat was cut while in it
+    critic_obs: np.ndarray | None = None  # [B, S * D] every seat's view, the acting seat's first (``critic_obs``)
     #: Each row's legal actions, in row order, where a backend lists them instead of writing ``mask`` rows (one
     #: scatter per tick costs less than a numpy fancy assignment per row).
     legal: list[list[int]] = field(default_factory=list)
@@ -75,6 +76,8 @@ class TickBuffers:
             seat=np.empty(batch, dtype=np.int64),
             is_first=np.empty(batch, dtype=bool),
         )
+        if spec.critic_obs_shape:
+            buffers.critic_obs = np.empty((batch, *spec.critic_obs_shape), dtype=env.obs_numpy_dtype)
         if step:
             buffers.reward = np.zeros((batch, seats), dtype=np.float32)
             buffers.terminated = np.zeros(batch, dtype=bool)
@@ -92,6 +95,8 @@ class TickBuffers:
             rows = np.repeat(np.arange(len(counts)), counts)
             self.mask[rows, np.fromiter(chain.from_iterable(self.legal), np.int64, len(rows))] = True
         named = {keys.OBS: self.obs, keys.ACTION_MASK: self.mask, keys.SEAT: self.seat, keys.IS_FIRST: self.is_first}
+        if self.critic_obs is not None:
+            named[keys.CRITIC_OBS] = self.critic_obs
         if self.reward is not None:
             named.update({keys.REWARD: self.reward, keys.TERMINATED: self.terminated, keys.TRUNCATED: self.truncated,
                           GAME_SCORE: self.score})  # fmt: skip

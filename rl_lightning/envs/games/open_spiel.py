@@ -19,6 +19,7 @@ the moon rule; lower is better; ``returns() = 26 - points``), every other game i
 
 from __future__ import annotations
 
+import math
 import random
 from bisect import bisect_right
 from itertools import accumulate
@@ -188,6 +189,10 @@ class OpenSpielEnv(TurnBasedGameEnv):
         reward: ``engine`` (what the engine pays, when it pays it) or, for Hearts, ``trick``: each trick's points
             paid to its taker when the trick ends, the hand's sum per seat still ``returns()``
             (``envs/games/hearts_reward.py``).
+        critic_obs: also emit ``critic_obs`` ``[B, S * D]``: every seat's view of the state (the ``observation``
+            tensor each seat would get, flattened), the acting seat's first and then the others in turn order, for a
+            centralised critic (PPO's ``critic_input: critic_obs``) that sees the hidden cards in training while
+            the policy still reads only ``obs``. Needs ``max_episode_steps: 0``.
     """
 
     def __init__(
@@ -197,6 +202,7 @@ class OpenSpielEnv(TurnBasedGameEnv):
         observation: str = "auto",
         max_episode_steps: int = 0,
         reward: str = "engine",
+        critic_obs: bool = False,
     ) -> None:
         super().__init__()
         if reward not in REWARDS:
@@ -205,6 +211,10 @@ class OpenSpielEnv(TurnBasedGameEnv):
             raise ConfigError(f"observation={observation!r} is not a choice; choose one of {list(OBSERVATIONS)}")
         if max_episode_steps < 0:
             raise ConfigError(f"max_episode_steps={max_episode_steps}: must be >= 0 (0: no step limit)")
+        if critic_obs and max_episode_steps:
+            raise ConfigError(f"critic_obs=true with max_episode_steps={max_episode_steps}: a game cut by the limit "
+                              "bootstraps from each seat's final view, which carries no critic_obs; set "
+                              "max_episode_steps: 0 (or critic_obs: false)")  # fmt: skip
         self.env_id = env_id
         self.game = load_game(env_id, game_kwargs)
         _check_carried(self.game, env_id)
@@ -236,6 +246,7 @@ class OpenSpielEnv(TurnBasedGameEnv):
             num_seats=self.game.num_players(),
             perfect_information=game_type.information == pyspiel.GameType.Information.PERFECT_INFORMATION,
             game_params=_changed_params(self.game),
+            critic_obs_shape=(self.game.num_players() * math.prod(self._obs_shape),) if critic_obs else (),
         )
 
     def __getstate__(self) -> dict[str, Any]:
@@ -325,6 +336,13 @@ class OpenSpielEnv(TurnBasedGameEnv):
         buffers.obs[index] = self._view
         buffers.legal.append(state.legal_actions())
         buffers.is_first[index] = row.steps == 0
+        if buffers.critic_obs is not None:  # every seat's view, the acting seat's first (already in the buffer)
+            views = buffers.critic_obs[index].reshape(-1, *self._obs_shape)
+            views[0] = self._view
+            seats = len(views)
+            for k in range(1, seats):
+                self._observer.set_from(state, (seat + k) % seats)
+                views[k] = self._view
 
     def seat_observation(self, state: Any, seat: int) -> np.ndarray:
         """A copy of what seat ``seat`` observes in the ``pyspiel.State`` ``state``: the network input this env emits
