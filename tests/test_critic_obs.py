@@ -131,7 +131,7 @@ def test_a_centralised_critic_fits_with_an_actor_process_through_the_cli(tmp_pat
 
 
 def test_the_cli_refuses_a_centralised_critic_on_an_env_without_it(tmp_path) -> None:
-    args = ["fit", "--config", "ppo_leduc.yaml", "--model.init_args.critic_input", "critic_obs",
+    args = ["fit", "--config", "ppo_kuhn.yaml", "--model.init_args.critic_input", "critic_obs",
             "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")]  # fmt: skip
     line = error_line(run_cli(args, tmp_path))
     assert "model.critic_input=critic_obs needs an env that emits critic_obs" in line
