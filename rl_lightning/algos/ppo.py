@@ -13,14 +13,15 @@ from torch import nn
 
 from rl_lightning import keys
 from rl_lightning.algos.base import RLModule
-from rl_lightning.algos.histograms import histograms_check, policy_histograms
+from rl_lightning.algos.histograms import policy_histograms
 from rl_lightning.algos.init_weights import load_init_weights
 from rl_lightning.algos.magnet import Magnet
+from rl_lightning.algos.ppo_checks import check_critic_input, check_hparams, check_observation_table
 from rl_lightning.algos.ppo_policy import PPOPolicy
 from rl_lightning.algos.ppo_update import TERM_NAMES, PPOUpdate
 from rl_lightning.algos.selfplay_targets import TRAIN_KEY
 from rl_lightning.envs.base import ACTION_KINDS, EnvSpec, require_action_kind
-from rl_lightning.errors import ConfigError, check_fields, require_torch_compile
+from rl_lightning.errors import ConfigError, require_torch_compile
 from rl_lightning.networks.encoders import ObsEncoder
 from rl_lightning.networks.mlp import flat_size, mlp
 from rl_lightning.networks.normalizers import RewardScaler, observation_normalizer
@@ -187,7 +188,7 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
     ) -> None:
         super().__init__(env_spec)
         self.save_hyperparameters()
-        _check_hparams(self.hparams)
+        check_hparams(self.hparams)
         if compile_update:
             require_torch_compile("model.compile_update")
         spec = self.env_spec
@@ -198,7 +199,7 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
             )
         require_action_kind(spec, "PPO", ACTION_KINDS)
         self.encoder = ObsEncoder(spec, encoder)
-        self.critic_reads_state = _check_critic_input(critic_input, spec, normalize_obs)
+        self.critic_reads_state = check_critic_input(critic_input, spec, normalize_obs)
         separate = not share_encoder and not self.critic_reads_state  # the centralised critic reads its own input
         self.critic_encoder = ObsEncoder(spec, encoder) if separate else None
         obs_dim = self.encoder.out_dim
@@ -213,10 +214,10 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         )
         self.critic = mlp(critic_dim, 1, hidden_sizes, activation, output_gain=1.0, orthogonal=ortho_init, float32=True)
         if policy_table_rows:
-            _check_observation_table("policy_table_rows", spec, self.encoder, normalize_obs, discrete=True)
+            check_observation_table("policy_table_rows", spec, self.encoder, normalize_obs, discrete=True)
             self.actor = TableCorrected(self.actor, obs_dim, out_dim, policy_table_rows)
         if value_table_rows:
-            _check_observation_table("value_table_rows", spec, self.encoder, normalize_obs, discrete=False)
+            check_observation_table("value_table_rows", spec, self.encoder, normalize_obs, discrete=False)
             self.critic = TableCorrected(self.critic, critic_dim, 1, value_table_rows)
         if sde and (kind != "box" or not hidden_sizes):
             raise ConfigError(f"model.sde=true needs Box actions and hidden layers (gSDE reads the actor's last hidden "
@@ -389,76 +390,3 @@ def lr_fraction(env_steps: int, total_env_steps: int, start: float = 0.0) -> flo
     ``start × total``, then linear to 0 at ``total`` (and 0 past it)."""
     progress = min(env_steps, total_env_steps) / total_env_steps
     return 1.0 if progress <= start else (1.0 - progress) / (1.0 - start)
-
-
-def _check_observation_table(
-    field: str, spec: EnvSpec, encoder: ObsEncoder, normalize_obs: bool, discrete: bool
-) -> None:
-    """A table's row is a hash of the raw observation, so the features must be the observation itself."""
-    if discrete and spec.action_kind != "discrete":
-        raise ConfigError(f"model.{field} corrects Discrete logits; this env has {spec.action_kind} actions: set "
-                          f"{field}: 0")  # fmt: skip
-    if normalize_obs or any(True for _ in encoder.parameters()) or encoder.fixed_decoding:
-        raise ConfigError(f"model.{field} hashes the raw observation into a row, so it needs the flat observation "
-                          "as the network's input: set normalize_obs: false and encoder: mlp (no CNN, no decoding), "
-                          f"or {field}: 0")  # fmt: skip
-
-
-def _check_critic_input(critic_input: str, spec: EnvSpec, normalize_obs: bool) -> bool:
-    """Whether the critic reads ``critic_obs``; refuses, in one line, a choice the env or the settings cannot carry."""
-    if critic_input not in ("obs", keys.CRITIC_OBS):
-        raise ConfigError(f"model.critic_input={critic_input!r} is not a choice; use obs (the acting seat's view) "
-                          "or critic_obs (every seat's view, for a centralised critic)")  # fmt: skip
-    if critic_input == "obs":
-        return False
-    if not spec.critic_obs_shape:
-        raise ConfigError(f"model.critic_input=critic_obs needs an env that emits critic_obs; {spec.name} emits none: "
-                          "set critic_obs: true on the game env (OpenSpielEnv), or critic_input: obs")  # fmt: skip
-    if normalize_obs:
-        raise ConfigError("model.critic_input=critic_obs reads every seat's raw view, which normalize_obs does not "
-                          "cover; set normalize_obs: false (or critic_input: obs)")  # fmt: skip
-    return True
-
-
-def _check_hparams(hp: Any) -> None:
-    checks = [
-        ("update_epochs", hp.update_epochs >= 1, "use >= 1"),
-        ("num_minibatches", hp.num_minibatches >= 1, "use >= 1"),
-        ("lr", hp.lr > 0, "use a positive learning rate, e.g. 3e-4"),
-        ("anneal_lr_start", 0.0 <= hp.get("anneal_lr_start", 0.0) < 1.0, "use a fraction in [0, 1), e.g. 0.5"),
-        (
-            "anneal_lr_start",
-            hp.get("anneal_lr", False) or not hp.get("anneal_lr_start", 0.0),
-            "it only delays anneal_lr's decay; set anneal_lr: true (or anneal_lr_start: 0)",
-        ),
-        ("gamma", 0.0 <= hp.gamma <= 1.0, "use a discount in [0, 1]"),
-        ("gae_lambda", 0.0 <= hp.gae_lambda <= 1.0, "use λ in [0, 1]"),
-        ("clip_coef", hp.clip_coef > 0, "use a positive clip, e.g. 0.2"),
-        ("max_grad_norm", hp.max_grad_norm >= 0, "use 0 (off) or a positive norm"),
-        ("target_kl", hp.target_kl is None or hp.target_kl > 0, "use null or a positive KL"),
-        ("norm_clip_obs", hp.norm_clip_obs > 0, "use a positive bound, e.g. 10"),
-        ("norm_clip_reward", hp.norm_clip_reward > 0, "use a positive bound, e.g. 10"),
-        ("critic_warmup_updates", hp.critic_warmup_updates >= 0, "use 0 (off) or a number of updates"),
-        ("policy_table_rows", hp.get("policy_table_rows", 0) >= 0, "use 0 (off) or a number of rows, e.g. 65536"),
-        ("policy_table_lr_scale", hp.get("policy_table_lr_scale", 1.0) > 0, "use a positive multiple of lr, e.g. 10"),
-        (
-            "policy_table_lr_scale",
-            hp.get("policy_table_rows", 0) or hp.get("policy_table_lr_scale", 1.0) == 1.0,
-            "it scales the table's lr; set policy_table_rows too (or policy_table_lr_scale: 1)",
-        ),
-        ("value_table_rows", hp.get("value_table_rows", 0) >= 0, "use 0 (off) or a number of rows, e.g. 65536"),
-        ("value_table_lr_scale", hp.get("value_table_lr_scale", 1.0) > 0, "use a positive multiple of lr, e.g. 10"),
-        (
-            "value_table_lr_scale",
-            hp.get("value_table_rows", 0) or hp.get("value_table_lr_scale", 1.0) == 1.0,
-            "it scales the value table's lr; set value_table_rows too (or value_table_lr_scale: 1)",
-        ),
-        (
-            "critic_warmup_updates",
-            not (hp.critic_warmup_updates and hp.get("compile_update")),
-            "the warm-up switch is read inside the compiled loss, which would recompile every update; set "
-            "compile_update: false (or critic_warmup_updates: 0)",
-        ),
-        histograms_check(hp.histograms_every_n_updates),
-    ]
-    check_fields(checks, hp)
