@@ -16,7 +16,12 @@ from rl_lightning.algos.base import RLModule
 from rl_lightning.algos.histograms import policy_histograms
 from rl_lightning.algos.init_weights import load_init_weights
 from rl_lightning.algos.magnet import Magnet
-from rl_lightning.algos.ppo_checks import check_critic_input, check_hparams, check_observation_table
+from rl_lightning.algos.ppo_checks import (
+    check_against_env,
+    check_critic_input,
+    check_hparams,
+    check_observation_table,
+)
 from rl_lightning.algos.ppo_policy import PPOPolicy
 from rl_lightning.algos.ppo_update import TERM_NAMES, PPOUpdate
 from rl_lightning.algos.selfplay_targets import TRAIN_KEY
@@ -192,44 +197,13 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         if compile_update:
             require_torch_compile("model.compile_update")
         spec = self.env_spec
-        if normalize_reward and spec.num_seats > 1:
-            raise ConfigError(
-                "model.normalize_reward=true is not supported in multi-seat games (its running return is per game, "
-                "not per seat); set model.normalize_reward: false"
-            )
         require_action_kind(spec, "PPO", ACTION_KINDS)
         self.encoder = ObsEncoder(spec, encoder)
+        check_against_env(self.hparams, spec, self.encoder)
         self.critic_reads_state = check_critic_input(critic_input, spec, normalize_obs)
         separate = not share_encoder and not self.critic_reads_state  # the centralised critic reads its own input
         self.critic_encoder = ObsEncoder(spec, encoder) if separate else None
-        obs_dim = self.encoder.out_dim
-        critic_dim = math.prod(spec.critic_obs_shape) if self.critic_reads_state else obs_dim
-        kind = spec.action_kind
-        out_dim = {"discrete": spec.num_actions, "multi_discrete": sum(spec.action_nvec)}.get(
-            kind, flat_size(spec.action_shape)
-        )
-        self.action_width = out_dim
-        self.actor = mlp(
-            obs_dim, out_dim, hidden_sizes, activation, output_gain=0.01, orthogonal=ortho_init, float32=True
-        )
-        self.critic = mlp(critic_dim, 1, hidden_sizes, activation, output_gain=1.0, orthogonal=ortho_init, float32=True)
-        if policy_table_rows:
-            check_observation_table("policy_table_rows", spec, self.encoder, normalize_obs, discrete=True)
-            self.actor = TableCorrected(self.actor, obs_dim, out_dim, policy_table_rows)
-        if value_table_rows:
-            check_observation_table("value_table_rows", spec, self.encoder, normalize_obs, discrete=False)
-            self.critic = TableCorrected(self.critic, critic_dim, 1, value_table_rows)
-        if sde and (kind != "box" or not hidden_sizes):
-            raise ConfigError(f"model.sde=true needs Box actions and hidden layers (gSDE reads the actor's last hidden "
-                              f"features); this env has {kind} actions and hidden_sizes={list(hidden_sizes)}: set "
-                              "sde: false")  # fmt: skip
-        if kind == "box":  # gSDE: one log-std per (last hidden feature, action dimension)
-            shape = (hidden_sizes[-1], out_dim) if sde else (out_dim,)
-            self.log_std = nn.Parameter(torch.full(shape, float(init_log_std)))
-        if normalize_obs and self.encoder.decoded_leaves:  # normalised entries index past the decoding's tables
-            raise ConfigError(f"model.normalize_obs=true: model.encoder={encoder!r} decodes "
-                              f"{self.encoder.decoded_leaves} from their raw 0/1 entries, which normalising would "
-                              "change; set normalize_obs: false")  # fmt: skip
+        self._build_heads(spec)
         # Statistics are buffers: checkpointed with the weights, updated only from training rollouts.
         self.obs_normalizer = observation_normalizer(spec, norm_clip_obs) if normalize_obs else None
         self.reward_scaler = RewardScaler(gamma, norm_clip_reward) if normalize_reward else None
@@ -244,6 +218,29 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         if init_weights:  # after every weight and buffer exists; before any trainer or env (one-line refusals)
             self.parent_digest = load_init_weights(self, init_weights, families=("bc", "ppo"))
         self.magnet = None if magnet is None else Magnet(self, magnet)  # after init_weights: ``initial`` copies them
+
+    def _build_heads(self, spec: EnvSpec) -> None:
+        """The actor and critic MLPs, their optional per-observation tables and, for Box actions, the log-std."""
+        hp = self.hparams
+        obs_dim = self.encoder.out_dim
+        critic_dim = math.prod(spec.critic_obs_shape) if self.critic_reads_state else obs_dim
+        kind = spec.action_kind
+        out_dim = {"discrete": spec.num_actions, "multi_discrete": sum(spec.action_nvec)}.get(
+            kind, flat_size(spec.action_shape)
+        )
+        self.action_width = out_dim
+        sizes, act, ortho = hp.hidden_sizes, hp.activation, hp.ortho_init
+        self.actor = mlp(obs_dim, out_dim, sizes, act, output_gain=0.01, orthogonal=ortho, float32=True)
+        self.critic = mlp(critic_dim, 1, sizes, act, output_gain=1.0, orthogonal=ortho, float32=True)
+        if hp.policy_table_rows:
+            check_observation_table("policy_table_rows", spec, self.encoder, hp.normalize_obs, discrete=True)
+            self.actor = TableCorrected(self.actor, obs_dim, out_dim, hp.policy_table_rows)
+        if hp.value_table_rows:
+            check_observation_table("value_table_rows", spec, self.encoder, hp.normalize_obs, discrete=False)
+            self.critic = TableCorrected(self.critic, critic_dim, 1, hp.value_table_rows)
+        if kind == "box":  # gSDE: one log-std per (last hidden feature, action dimension)
+            shape = (hp.hidden_sizes[-1], out_dim) if hp.sde else (out_dim,)
+            self.log_std = nn.Parameter(torch.full(shape, float(hp.init_log_std)))
 
     # ----- learning -----------------------------------------------------------------------------------------
     def configure_optimizers(self) -> torch.optim.Optimizer:

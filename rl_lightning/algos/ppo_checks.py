@@ -82,3 +82,20 @@ def check_hparams(hp: Any) -> None:
         histograms_check(hp.histograms_every_n_updates),
     ]
     check_fields(checks, hp)
+
+
+def check_against_env(hp: Any, spec: EnvSpec, encoder: ObsEncoder) -> None:
+    """Settings the env (seats, action kind) or the encoder (decoded entries) cannot carry, refused in one line."""
+    if hp.normalize_reward and spec.num_seats > 1:
+        raise ConfigError(
+            "model.normalize_reward=true is not supported in multi-seat games (its running return is per game, "
+            "not per seat); set model.normalize_reward: false"
+        )
+    if hp.sde and (spec.action_kind != "box" or not hp.hidden_sizes):
+        raise ConfigError(f"model.sde=true needs Box actions and hidden layers (gSDE reads the actor's last hidden "
+                          f"features); this env has {spec.action_kind} actions and "
+                          f"hidden_sizes={list(hp.hidden_sizes)}: set sde: false")  # fmt: skip
+    if hp.normalize_obs and encoder.decoded_leaves:  # normalised entries index past the decoding's tables
+        raise ConfigError(f"model.normalize_obs=true: model.encoder={hp.encoder!r} decodes "
+                          f"{encoder.decoded_leaves} from their raw 0/1 entries, which normalising would "
+                          "change; set normalize_obs: false")  # fmt: skip
