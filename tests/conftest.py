@@ -18,27 +18,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
-#: The files that take longest (whole subprocess fits, Ray clusters, kills), longest first. ``--dist loadfile`` hands
-#: files to the two workers in collection order, so these go first: the short files then fill in behind them
-#: instead of one long file running alone at the end (longest-first scheduling). Order only, nothing skipped.
-LONGEST_FILES_FIRST = (
-    "test_ray_actors.py",
-    "test_stop_phases.py",
-    "test_ray_cluster.py",
-    "test_tune.py",
-    "test_actors_cli.py",
-    "test_tune_workers.py",
-    "test_backend_matrix_fits.py",
-    "test_ddp.py",
-    "test_cli.py",
-    "test_actors.py",
-    "test_cli_faults.py",
-    "test_export_cli.py",
-)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Apply pyproject's targeted ``filterwarnings`` also as marks, and put the longest files first.
+    """Apply pyproject's targeted ``filterwarnings`` also as marks.
 
     pytest applies ``-W`` after the ini filters, so ``pytest -W error`` would turn even those documented ignores
     into errors; marks rank above ``-W``. Everything they do not name still fails under ``-W error``.
@@ -47,8 +28,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         for mark in marks:
             item.add_marker(mark, append=False)
-    rank = {name: index for index, name in enumerate(LONGEST_FILES_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's own order is kept
 
 
 @pytest.fixture(autouse=True)
