@@ -58,14 +58,23 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _actor_pids(pid: int) -> list[int]:
-    pids = []
-    for child in _descendants(pid):
-        try:
-            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
-                pids.append(child)
-        except OSError:
-            continue
-    return pids
+    """The actor processes below ``pid``: the children of multiprocessing's fork server (which the fit starts, and
+    whose command line its forked children keep)."""
+    return [child for child in _descendants(pid) if _forkserver(child) and _forkserver(_parent(child))]
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _forkserver(pid: int) -> bool:
+    try:
+        return b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def _start_and_mark(tmp_path: Path, budget: int, *extra: str) -> tuple[subprocess.Popen, list[int]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 import weakref
 from collections import deque
@@ -52,6 +53,19 @@ class _Actor:
     failures_in_a_row: int = 0
 
 
+def _forkserver_preload() -> list[str]:
+    """What the fork server imports before it forks any actor: the actor's own module, and the program's main module
+    by its name (``python -m rl_lightning.cli``), which every child re-runs as ``__mp_main__`` as ``spawn`` does;
+    with its imports already loaded in the server, that re-run costs milliseconds."""
+    main_name = getattr(getattr(sys.modules["__main__"], "__spec__", None), "name", None)
+    return ["__main__", "rl_lightning.data.actors.worker", *([main_name] if main_name else [])]
+
+
+def default_start_method() -> str:
+    """``forkserver`` where the platform has it (Linux, macOS), else ``spawn``."""
+    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+
+
 class ActorPool:
     """Starts ``num_actors`` processes with the module's acting policy and hands their rollouts to the learner.
 
@@ -69,7 +83,11 @@ class ActorPool:
         state_dict: the learner's acting weights (names, shapes and dtypes of ``publish``).
         recipe: called at every (re)start of an actor: what it builds its collector from (``recipes.py``); the
             default is a plain ``Collector``.
-        context: the multiprocessing start method (``spawn``: never ``fork`` a process that runs torch threads).
+        context: the multiprocessing start method; never ``fork`` a process that runs torch threads. The default,
+            ``forkserver`` where the platform has it (else ``spawn``), starts one clean server per learner process
+            that imports the actor's modules (and the program's ``__main__``) once and forks each actor from it: an
+            actor (or a replacement) starts in a fraction of a second instead of re-importing torch, Lightning and
+            the program (~4 s of CPU each with ``spawn``).
     """
 
     def __init__(
@@ -79,14 +97,16 @@ class ActorPool:
         policy: PolicyFactory,
         state_dict: dict[str, torch.Tensor],
         recipe: Callable[[], Any] = SingleAgentRecipe,
-        context: str = "spawn",
+        context: str | None = None,
     ) -> None:
         self.settings = settings
         self.env = env
         self.policy = policy
         self.recipe = recipe
         self.envs_per_actor = settings.num_envs // settings.num_actors
-        self.context = mp.get_context(context)
+        self.context = mp.get_context(context or default_start_method())
+        if self.context.get_start_method() == "forkserver":  # read when the server starts: this process's first actor
+            self.context.set_forkserver_preload(_forkserver_preload())
         self.weights = SharedWeights(state_dict)
         self.stop_flag = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.heartbeat = torch.zeros(settings.num_actors, dtype=torch.float64).share_memory_()

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from rl_lightning.child_processes import die_with_parent, parent_gone
+from rl_lightning.child_processes import die_with_parent, pid_alive
 from rl_lightning.data.actors.core import ActorCore, now
 from rl_lightning.data.actors.policy_factory import PolicyFactory
 from rl_lightning.data.actors.weights import SharedWeights
@@ -92,10 +92,12 @@ class ActorChannels:
 
 
 def actor_main(spec: ActorSpec, channels: ActorChannels) -> None:
-    """Entry point of an actor process (``spawn``): set up, then collect until told to stop."""
+    """Entry point of an actor process (forked by the fork server, or ``spawn``): set up, then collect until told to
+    stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the whole process group: the learner decides
-    die_with_parent(signal.SIGKILL)  # an actor holds nothing a resume needs
-    if parent_gone(spec.parent_pid):
+    # The parent: the learner, or its fork server (which exits with the learner); an actor holds nothing to save
+    die_with_parent(signal.SIGKILL)
+    if not pid_alive(spec.parent_pid):  # the learner, not the parent: under the fork server the two differ
         return
     torch.set_num_threads(1)
     try:
@@ -146,7 +148,7 @@ def _wait(take: Callable[[], Any], spec: ActorSpec, channels: ActorChannels, rea
     stop in between."""
     while True:
         channels.heartbeat[spec.index] = now()
-        if int(channels.stop[0]) or parent_gone(spec.parent_pid):
+        if int(channels.stop[0]) or not pid_alive(spec.parent_pid):
             raise _Stopped
         if ready():
             return take()
