@@ -4,24 +4,21 @@ One subprocess ``rl-lightning fit`` per (algorithm, env family), on a backend th
 EnvPool (MuJoCo) and ``AleVectorEnv`` (ALE); SPO on the in-process backend, the one whose states its search copies;
 DreamerV3 on Gymnasium's sync vector env (MuJoCo) and ``AleVectorEnv`` (ALE). Tiny networks and budgets: the point is
 that every piece (spaces, pixels, snapshots, the replay stream, checkpoints, TensorBoard) meets a real simulator.
-The six runs go two at a time (this machine has two cores); each must exit 0, report its updates in the checkpoint
-and log finite training losses against env steps.
+The six runs go one at a time, each forked from the CLI fork server; each must exit 0, report its updates in the
+checkpoint and log finite training losses against env steps.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import torch
 
 from rl_lightning.algos.base import COUNTERS_KEY
-from tests.cli_subprocess import ROOT
+from tests.cli_subprocess import ROOT, run_cli
 
 pytest.importorskip("mujoco")
 pytest.importorskip("ale_py")
@@ -72,19 +69,14 @@ def _fit(key: tuple[str, str], out: Path) -> tuple[subprocess.CompletedProcess[s
     run_dir.mkdir()
     args = ["fit", "--config", config, *overrides, *TINY[algo], "--trainer.enable_progress_bar", "false",
             "--trainer.logger.init_args.save_dir", str(run_dir), "--trainer.default_root_dir", str(run_dir),
-            "--config", str(CALLBACKS)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    result = subprocess.run([sys.executable, "-m", "rl_lightning.cli", *args], cwd=run_dir, env=env,
-                            capture_output=True, text=True, timeout=600, check=False)
-    return result, run_dir
+            "--config", str(CALLBACKS)]  # fmt: skip
+    return run_cli(args, run_dir, timeout=600), run_dir
 
 
 @pytest.fixture(scope="module")
 def fits(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], tuple[subprocess.CompletedProcess, Path]]:
     out = tmp_path_factory.mktemp("matrix_fits")
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = pool.map(lambda key: (key, _fit(key, out)), RUNS)
-        return dict(results)
+    return {key: _fit(key, out) for key in RUNS}
 
 
 def _scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:

@@ -5,6 +5,7 @@ compiles once and never again, and the CLI fits with it."""
 from __future__ import annotations
 
 import copy
+import functools
 
 import pytest
 import torch
@@ -118,13 +119,21 @@ def _steps(model: DreamerV3, seq: TensorDict, steps: int) -> list[tuple[dict, di
     return out
 
 
-@pytest.fixture(scope="module")
-def eager_and_compiled():
+@pytest.fixture(
+    scope="module",
+    params=["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)],  # inductor: 85 s of g++ on a cold cache
+)
+def eager_and_compiled(request):
+    """Three steps of an eager and a compiled model. The default suite compiles the regions with ``aot_eager``: the
+    same dynamo capture (one graph per region, the draws as inputs) and AOT autograd as inductor, run by eager kernels;
+    the inductor case (the kernels users run) is ``slow``, and runs on every CUDA machine in the test below."""
     seq = _seq(CartPole().spec)
     eager = _model(CartPole, False)
-    compiled = _model(CartPole, True)
-    counters.clear()
-    return (eager, _steps(eager, seq, 3)), (compiled, _steps(compiled, seq, 3))
+    with pytest.MonkeyPatch.context() as patch:  # held while this module's tests that use it run
+        patch.setattr(torch, "compile", functools.partial(torch.compile, backend=request.param))
+        compiled = _model(CartPole, True)
+        counters.clear()
+        yield (eager, _steps(eager, seq, 3)), (compiled, _steps(compiled, seq, 3))
 
 
 def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:

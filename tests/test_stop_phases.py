@@ -3,7 +3,8 @@
 Each phase below is made to last about a minute (a slow env or slow gradient steps, ``tests/slow_phases.py``), far
 past the deadline; the run is signalled once it is inside the phase. Before the fix a stop waited for the end of
 the running update (and prefill has none), so every one of these ran out the deadline. All phases run as parallel
-subprocesses, then every saved checkpoint is resumed (also in parallel) to show it is whole.
+subprocesses, then every saved checkpoint is resumed (one at a time, forked from the CLI fork server) to show it is
+whole.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any
 
 import pytest
 import torch
+
+from tests.cli_subprocess import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 DEADLINE_S = 10.0  # SIGTERM to the one-line message (checkpoint written); a scheduler leaves ~30 s before SIGKILL
@@ -269,8 +272,9 @@ def _differences(a: Any, b: Any, path: str = "") -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def resumed(stopped: dict[str, Run]) -> dict[str, tuple[Run, int]]:
-    """Each saved checkpoint resumed at full speed for a few more env steps; phase -> (run, saved update)."""
+def resumed(stopped: dict[str, Run]) -> dict[str, tuple[subprocess.CompletedProcess[str], int]]:
+    """Each saved checkpoint resumed at full speed for a few more env steps, one at a time from the CLI fork server
+    (nothing signals them); phase -> (the run, saved update)."""
     runs = {}
     for name, run in stopped.items():
         saved = _saved_update(run.stderr)
@@ -282,8 +286,7 @@ def resumed(stopped: dict[str, Run]) -> dict[str, tuple[Run, int]]:
         data_key = next(key for key in checkpoint if key.endswith("DataModule"))
         config["data"]["init_args"]["total_env_steps"] = checkpoint[data_key]["local_env_steps"] + 64
         path = _write_config(run.cwd, "resume.yaml", config)
-        runs[name] = (Run(run.cwd, ["fit", "--config", str(path), "--ckpt_path", "last"]), saved[0])
-    _run_all([run for run, _ in runs.values()])
+        runs[name] = (run_cli(["fit", "--config", str(path), "--ckpt_path", "last"], run.cwd), saved[0])
     return runs
 
 
@@ -294,13 +297,12 @@ def _no_sleep(config: dict) -> None:
 
 
 @pytest.mark.parametrize("phase", [name for name, (_, updates) in PHASES.items() if updates])
-def test_the_saved_checkpoint_resumes(resumed, phase):
+def test_the_saved_checkpoint_resumes(stopped, resumed, phase):
     assert phase in resumed, f"{phase}: no checkpoint was saved to resume"
-    run, saved = resumed[phase]
-    assert run.proc is not None
-    assert run.proc.returncode == 0, run.stderr[-3000:]
-    final = run.cwd / "runs" / "stop" / "version_1" / "checkpoints" / "last.ckpt"
-    assert final.exists(), run.stderr[-3000:]
+    result, saved = resumed[phase]
+    assert result.returncode == 0, result.stderr[-3000:]
+    final = stopped[phase].cwd / "runs" / "stop" / "version_1" / "checkpoints" / "last.ckpt"
+    assert final.exists(), result.stderr[-3000:]
     checkpoint = torch.load(final, map_location="cpu", weights_only=False)
     assert checkpoint["rl_counters"]["parent_version"] == saved
     assert checkpoint["rl_counters"]["updates"] > saved
