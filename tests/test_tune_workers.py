@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rl_lightning.child_processes import pid_alive
 from tests.cli_subprocess import ROOT
+from tests.test_actors_cli import _descendants, _gone
 
 optuna = pytest.importorskip("optuna")
 
@@ -28,7 +30,7 @@ def _tune(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
     (tmp_path / "search.yaml").write_text(yaml.safe_dump({"model.init_args.ent_coef": {"low": 0.0, "high": 0.05}}))
     (tmp_path / "eval.yaml").write_text(yaml.safe_dump(EVAL))
     args = ["tune", "--config", "ppo.yaml", "--config", "eval.yaml", "--search", "search.yaml", "--dir", "study",
-            "--pruner", "none", *extra, *FAST]  # fmt: skip
+            "--pruner", "none", *FAST, *extra]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     command = [sys.executable, "-m", "rl_lightning.cli", *args]
     return subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -56,14 +58,19 @@ def test_sigkilled_worker_trial_is_retried_once_and_the_study_completes(tmp_path
     Both starts give ``--sampler_seed 7``: the restarted worker must still draw new parameters (the same seed alone
     would replay its first draw, the killed trial's, and run that parameter set twice)."""
     args = ("--n_trials", "2", "--heartbeat", "1", "--sampler_seed", "7")
-    first = _tune(tmp_path, *args)
+    first = _tune(tmp_path, *args, "--data.init_args.total_env_steps", "100000")  # killed long before its end
     report = tmp_path / "study" / "trial_0000" / "seed_0" / "evaluations.jsonl"
     deadline = time.monotonic() + 300
     while not (report.is_file() and report.read_text()) and time.monotonic() < deadline:  # mid-trial: one eval in
         assert first.poll() is None, first.communicate()[0][-3000:]
         time.sleep(0.2)
+    below = _descendants(first.pid)  # its fork server and the trial's fit, forked from it
+    assert len(below) >= 2, below
     first.send_signal(signal.SIGKILL)
     first.communicate(timeout=60)
+    assert _gone(below, within_s=30), [pid for pid in below if pid_alive(pid)]
+    log = (tmp_path / "study" / "trial_0000" / "seed_0" / "output.log").read_text()
+    assert "rl-lightning: error: stopped by SIGTERM" in log, log[-2000:]  # stopped with its worker, not run out
     killed = _study(tmp_path).get_trials()
     assert [t.state.name for t in killed] == ["RUNNING"]
     second = _tune(tmp_path, *args)
@@ -78,4 +85,3 @@ def test_sigkilled_worker_trial_is_retried_once_and_the_study_completes(tmp_path
     completed = [t.params["model.init_args.ent_coef"] for t in trials if t.state.name == "COMPLETE"]
     assert completed.count(value) == 1, (value, completed)
     assert len(set(completed)) == len(completed) == 2, f"a parameter set ran twice: {completed}"
-

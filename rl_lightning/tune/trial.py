@@ -1,24 +1,23 @@
-"""One tuning trial: its seeds' fits as ``rl-lightning fit`` subprocesses side by side, reported and pruned together.
+"""One tuning trial: its seeds' fits as ``rl-lightning fit`` processes side by side, reported and pruned together.
 
-Subprocesses rather than in-process fits: a crashing or diverging config fails only its trial, every config,
+Processes rather than in-process fits: a crashing or diverging config fails only its trial, every config,
 algorithm and backend tunes exactly as ``fit`` runs it (threads, seeds and globals start clean), trials of several
-``--n_jobs`` use several cores, and a killed worker takes its fits with it (Linux: a parent-death SIGTERM).
+``--n_jobs`` use several cores, and a killed worker takes its fits with it (Linux: a parent-death SIGTERM). Each is
+forked from a server that imported the CLI once (``fit_process.py``), so a fit starts without ~4 s of imports.
 """
 
 from __future__ import annotations
 
 import math
 import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rl_lightning import stop
-from rl_lightning.child_processes import die_with_parent
 from rl_lightning.tune.config import to_yaml, trial_config
+from rl_lightning.tune.fit_process import FitProcess
 from rl_lightning.tune.report import read_reports
 
 POLL_S = 0.2
@@ -40,7 +39,7 @@ class FitFailed(Exception):
 class Seeds:
     """The running fits of one trial and what they reported so far."""
 
-    processes: list[subprocess.Popen[bytes]]
+    processes: list[FitProcess]
     report_paths: list[Path]
     logs: list[Path]
     curves: list[list[dict[str, float]]] = field(default_factory=list)
@@ -78,11 +77,7 @@ def _start(params: dict[str, Any], number: int, study_dir: Path, name: str, conf
         fit = trial_config(config, params, seed, str(study_dir), name, version, str(report))
         (run_dir / "fit_config.yaml").write_text(to_yaml(fit))
         log = run_dir / "output.log"
-        with log.open("wb") as out:
-            command = [sys.executable, "-m", "rl_lightning.cli", "fit", "--config", str(run_dir / "fit_config.yaml")]
-            processes.append(
-                subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
-            )
+        processes.append(FitProcess(["fit", "--config", str(run_dir / "fit_config.yaml")], log))
         reports.append(report)
         logs.append(log)
     return Seeds(processes, reports, logs, curves=[[] for _ in processes])
@@ -149,7 +144,7 @@ def objective(curve: list[dict[str, float]], kind: str, last_k: int) -> float:
     return area / (points[-1][0] - points[0][0])
 
 
-def _end(processes: list[subprocess.Popen[bytes]]) -> None:
+def _end(processes: list[FitProcess]) -> None:
     """SIGTERM fits still running (they stop within one env step), SIGKILL any left after 30 s."""
     for process in processes:
         if process.poll() is None:
@@ -158,7 +153,7 @@ def _end(processes: list[subprocess.Popen[bytes]]) -> None:
     for process in processes:
         try:
             process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
+        except TimeoutError:
             process.kill()
             process.wait()
 
@@ -168,8 +163,3 @@ def _last_error(log: Path, code: int) -> str:
     errors = [line for line in lines if line.startswith("rl-lightning: error:")]
     tail = errors[-1] if errors else (lines[-1] if lines else "")
     return f"fit exited with code {code}: {tail.strip()[:500]} (log: {log})"
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM it when the tuning process dies (Linux ``PR_SET_PDEATHSIG``)."""
-    die_with_parent(signal.SIGTERM)

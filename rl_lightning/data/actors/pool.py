@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 import weakref
 from collections import deque
@@ -17,7 +16,7 @@ import torch.multiprocessing as mp
 from tensordict import TensorDict
 
 from rl_lightning import stop
-from rl_lightning.child_processes import child_environ, kill_pid, pid_alive
+from rl_lightning.child_processes import child_environ, forking_context, kill_pid, pid_alive, server_environ
 from rl_lightning.data.actors.gather import (
     GENERATION_STRIDE,
     ActorRollout,
@@ -53,17 +52,8 @@ class _Actor:
     failures_in_a_row: int = 0
 
 
-def _forkserver_preload() -> list[str]:
-    """What the fork server imports before it forks any actor: the actor's own module, and the program's main module
-    by its name (``python -m rl_lightning.cli``), which every child re-runs as ``__mp_main__`` as ``spawn`` does;
-    with its imports already loaded in the server, that re-run costs milliseconds."""
-    main_name = getattr(getattr(sys.modules["__main__"], "__spec__", None), "name", None)
-    return ["__main__", "rl_lightning.data.actors.worker", *([main_name] if main_name else [])]
-
-
-def default_start_method() -> str:
-    """``forkserver`` where the platform has it (Linux, macOS), else ``spawn``."""
-    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+#: What the fork server imports before it forks any actor.
+ACTOR_MODULES = ["rl_lightning.data.actors.worker"]
 
 
 class ActorPool:
@@ -83,11 +73,9 @@ class ActorPool:
         state_dict: the learner's acting weights (names, shapes and dtypes of ``publish``).
         recipe: called at every (re)start of an actor: what it builds its collector from (``recipes.py``); the
             default is a plain ``Collector``.
-        context: the multiprocessing start method; never ``fork`` a process that runs torch threads. The default,
-            ``forkserver`` where the platform has it (else ``spawn``), starts one clean server per learner process
-            that imports the actor's modules (and the program's ``__main__``) once and forks each actor from it: an
-            actor (or a replacement) starts in a fraction of a second instead of re-importing torch, Lightning and
-            the program (~4 s of CPU each with ``spawn``).
+        context: a multiprocessing start method to use instead of the default, ``child_processes.forking_context``
+            (a fork server that imports the actor's modules once: an actor, or a replacement, starts in a fraction
+            of a second). Never ``fork`` a process that runs torch threads.
     """
 
     def __init__(
@@ -104,9 +92,7 @@ class ActorPool:
         self.policy = policy
         self.recipe = recipe
         self.envs_per_actor = settings.num_envs // settings.num_actors
-        self.context = mp.get_context(context or default_start_method())
-        if self.context.get_start_method() == "forkserver":  # read when the server starts: this process's first actor
-            self.context.set_forkserver_preload(_forkserver_preload())
+        self.context = forking_context(ACTOR_MODULES) if context is None else mp.get_context(context)
         self.weights = SharedWeights(state_dict)
         self.stop_flag = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.heartbeat = torch.zeros(settings.num_actors, dtype=torch.float64).share_memory_()
@@ -135,7 +121,7 @@ class ActorPool:
         self._started[index] = time.monotonic()
         channels = ActorChannels(self.weights, actor_end, self.heartbeat, self.stop_flag)
         process = self.context.Process(target=actor_main, args=(spec, channels), daemon=True, name=f"actor-{index}")
-        with child_environ(OMP_NUM_THREADS="1"):  # read by the actor's torch at import, before its first op
+        with child_environ(OMP_NUM_THREADS="1", **server_environ()):  # read as the first actor starts its interpreter
             process.start()
         actor_end.close()  # the child holds its own copy: EOF here once it dies
         if index < len(self._pids):

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from rl_lightning.child_processes import die_with_parent, pid_alive
+from rl_lightning.child_processes import die_with_parent, pid_alive, signal_when_gone
 from rl_lightning.data.actors.core import ActorCore, now
 from rl_lightning.data.actors.policy_factory import PolicyFactory
 from rl_lightning.data.actors.weights import SharedWeights
@@ -95,8 +95,10 @@ def actor_main(spec: ActorSpec, channels: ActorChannels) -> None:
     """Entry point of an actor process (forked by the fork server, or ``spawn``): set up, then collect until told to
     stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the whole process group: the learner decides
-    # The parent: the learner, or its fork server (which exits with the learner); an actor holds nothing to save
+    # The learner's death kills it: an actor holds nothing a resume needs. Its parent is the learner (``spawn``) or the
+    # fork server, which outlives the learner while any actor it forked lives; so the learner's pid is watched too.
     die_with_parent(signal.SIGKILL)
+    signal_when_gone(spec.parent_pid, signal.SIGKILL)
     if not pid_alive(spec.parent_pid):  # the learner, not the parent: under the fork server the two differ
         return
     torch.set_num_threads(1)
