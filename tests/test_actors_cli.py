@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 import torch
 
 from rl_lightning.child_processes import pid_alive
+from tests.cli_process import CliRun
 from tests.cli_subprocess import ERROR_PREFIX, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,10 +33,8 @@ def _args(tmp_path: Path, total_env_steps: int, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def _popen(tmp_path: Path, args: list[str]) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "rl_lightning.cli", *args]
-    return subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _popen(tmp_path: Path, args: list[str]) -> CliRun:
+    return CliRun(args, tmp_path)
 
 
 def _descendants(pid: int) -> list[int]:
@@ -58,9 +56,9 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _actor_pids(pid: int) -> list[int]:
-    """The actor processes below ``pid``: the children of multiprocessing's fork server (which the fit starts, and
-    whose command line its forked children keep)."""
-    return [child for child in _descendants(pid) if _forkserver(child) and _forkserver(_parent(child))]
+    """The actor processes of the fit ``pid``: the children of the fork server it started (multiprocessing's, whose
+    command line its forked children keep)."""
+    return [child for child in _descendants(pid) if _parent(_parent(child)) == pid and _forkserver(_parent(child))]
 
 
 def _parent(pid: int) -> int:

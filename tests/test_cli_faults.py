@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import torch
+
+from tests.cli_process import CliRun
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLLOUT = 4 * 16  # num_envs × num_steps below
@@ -35,10 +34,8 @@ def _faulty(**init_args: object) -> dict:
     return {"class_path": "tests.fault_envs.FaultyGym", "init_args": init_args}
 
 
-def _popen(tmp_path: Path, args: list[str]) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "rl_lightning.cli", *args]
-    return subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _popen(tmp_path: Path, args: list[str]) -> CliRun:
+    return CliRun(args, tmp_path)
 
 
 def _run(tmp_path: Path, args: list[str]) -> tuple[int, str]:

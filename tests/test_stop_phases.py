@@ -3,19 +3,16 @@
 Each phase below is made to last about a minute (a slow env or slow gradient steps, ``tests/slow_phases.py``), far
 past the deadline; the run is signalled once it is inside the phase. Before the fix a stop waited for the end of
 the running update (and prefill has none), so every one of these ran out the deadline. All phases run as parallel
-subprocesses, then every saved checkpoint is resumed (one at a time, forked from the CLI fork server) to show it is
-whole.
+processes (forked, ``tests/cli_process.py``), then every saved checkpoint is resumed (one at a time, from the CLI
+fork server) to show it is whole.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +21,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.cli_process import CliRun
 from tests.cli_subprocess import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,42 +118,40 @@ class Run:
     cwd: Path
     args: list[str]
     marker: Path | None = None
-    proc: subprocess.Popen | None = None
+    proc: CliRun | None = None
     started: float = 0.0
     signalled_at: float | None = None
     steps_at_signal: int = 0
     exited_at: float | None = None
     lines: list[tuple[float, str]] = field(default_factory=list)
-    reader: threading.Thread | None = None
+    read_upto: int = 0
 
     @property
     def stderr(self) -> str:
         return "".join(line for _, line in self.lines)
 
     def start(self) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-        command = [sys.executable, "-m", "rl_lightning.cli", *self.args]
-        self.proc = subprocess.Popen(
-            command, cwd=self.cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
+        self.proc = CliRun(self.args, self.cwd)
         self.started = time.monotonic()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
 
     def _read(self) -> None:
+        """Timestamp the complete lines the run has written since the last read (the poll is every 50 ms)."""
         assert self.proc is not None
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append((time.monotonic(), line))
+        text = self.proc.output()
+        done = text[self.read_upto :].rpartition("\n")[0]
+        if done:
+            now = time.monotonic()
+            self.lines.extend((now, line + "\n") for line in done.split("\n"))
+            self.read_upto += len(done) + 1
 
     def advance(self) -> bool:
         """Signal the run once its marker exists, kill it past its time; returns whether it has ended."""
         assert self.proc is not None
         now = time.monotonic()
+        self._read()
         if self.proc.poll() is not None:
             self.exited_at = now
-            assert self.reader is not None
-            self.reader.join(timeout=10)
+            self._read()
             return True
         if self.marker is not None and self.signalled_at is None and self.marker.exists():
             self.proc.send_signal(signal.SIGTERM)

@@ -29,13 +29,14 @@ CLI_MODULE = "rl_lightning.cli"
 
 
 class FitProcess:
-    """``python -m rl_lightning.cli ARGS`` with stdout and stderr into ``log``: the part of ``subprocess.Popen``'s
-    interface a trial uses (``pid``, ``poll``, ``wait``, ``send_signal``, ``kill``, ``returncode``, negative for a
-    signal as ``Popen`` reports it)."""
+    """``python -m rl_lightning.cli ARGS`` in ``cwd`` (default: this process's), stdout and stderr into ``log``: the
+    part of ``subprocess.Popen``'s interface a trial uses (``pid``, ``poll``, ``wait``, ``send_signal``, ``kill``,
+    ``returncode``, negative for a signal as ``Popen`` reports it)."""
 
-    def __init__(self, args: list[str], log: Path) -> None:
+    def __init__(self, args: list[str], log: Path, cwd: Path | None = None) -> None:
         context = forking_context(["rl_lightning.lightning_cli"])
-        self._process = context.Process(target=_run_cli, args=(list(args), str(log), os.getpid()), daemon=False)
+        where = None if cwd is None else str(cwd)
+        self._process = context.Process(target=_run_cli, args=(list(args), str(log), os.getpid(), where), daemon=False)
         with child_environ(**server_environ()):
             self._process.start()
         self.pid: int = self._process.pid  # type: ignore[assignment]
@@ -63,13 +64,15 @@ class FitProcess:
         self.send_signal(signal.SIGKILL)
 
 
-def _run_cli(args: list[str], log: str, tuner_pid: int) -> None:
+def _run_cli(args: list[str], log: str, tuner_pid: int, cwd: str | None) -> None:
     """In the forked process: what ``python -m rl_lightning.cli ARGS > log 2>&1 < /dev/null`` does; exits with its
     code. It gets SIGTERM (and stops within one env step, saving a checkpoint) when the tuning process dies: from the
     kernel if its parent is the tuner (``spawn``), else from a watch on the tuner's pid (its parent is the fork
     server, which outlives the tuner while this process lives)."""
     die_with_parent(signal.SIGTERM)
     signal_when_gone(tuner_pid, signal.SIGTERM)
+    if cwd is not None:
+        os.chdir(cwd)
     for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
         handle = os.open(path, flags, 0o644)
         os.dup2(handle, fd)
