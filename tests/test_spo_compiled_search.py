@@ -7,6 +7,7 @@ inverse-CDF resampling is unbiased; an env that cannot take pre-drawn noise is r
 
 from __future__ import annotations
 
+import functools
 from types import SimpleNamespace
 
 import pytest
@@ -30,6 +31,19 @@ def _setup(env_class, num_envs=4, **kwargs):
     env = BatchedEnv(env_class(), num_envs, seed=0)
     obs = env.reset()
     return module, env, (env.env, env.state, obs, module.prior, module.search_config, module.search_temperature())
+
+
+INDUCTOR = torch.compile
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _aot_eager():
+    """The default suite compiles the search with ``aot_eager``: the same dynamo capture (one graph, the noise as
+    inputs, guards and recompilation) and AOT autograd as inductor, run by eager kernels. Inductor's kernels (35 s of
+    g++ on a cold cache) are compared with eager by the ``slow`` test below (``pytest -m slow``)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch, "compile", functools.partial(INDUCTOR, backend="aot_eager"))
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +71,16 @@ def test_compiled_search_agrees_with_the_eager_pure_search_on_the_same_noise(com
 
 def test_compiled_search_agrees_on_box_actions():
     _, _, args = _setup(Pendulum)
+    eager = CompiledSearch(compile=False)(*args, torch.Generator().manual_seed(1), explore=True)
+    compiled = CompiledSearch(compile=True)(*args, torch.Generator().manual_seed(1), explore=True)
+    _assert_same(eager, compiled)
+
+
+@pytest.mark.slow  # inductor's kernels: ~15 s of g++ per graph on a cold cache
+@pytest.mark.parametrize("env_cls", [CartPole, Pendulum])
+def test_the_inductor_compiled_search_agrees_with_the_eager_one(env_cls, monkeypatch):
+    monkeypatch.setattr(torch, "compile", INDUCTOR)
+    _, _, args = _setup(env_cls)
     eager = CompiledSearch(compile=False)(*args, torch.Generator().manual_seed(1), explore=True)
     compiled = CompiledSearch(compile=True)(*args, torch.Generator().manual_seed(1), explore=True)
     _assert_same(eager, compiled)
