@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -75,4 +76,7 @@ def main(out_dir: str, algo: str) -> None:
 
 
 if __name__ == "__main__":
+    # Two ranks on two cores, one intra-op thread each: rank 1, which Lightning starts as a fresh interpreter, reads
+    # the variable; this process, forked from the CLI fork server with torch imported, sets its own in main().
+    os.environ["OMP_NUM_THREADS"] = "1"
     main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "ppo")

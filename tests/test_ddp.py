@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.cli_subprocess import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,15 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_ddp_two_cpu_processes(tmp_path, algo):
     if algo == "dreamer_f64":
         pytest.importorskip("mujoco")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.ddp_worker", str(tmp_path), algo],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_python(["-m", "tests.ddp_worker", str(tmp_path), algo], cwd=ROOT, timeout=300)  # rank 0, forked
     assert done.returncode == 0, done.stderr[-3000:]
     assert "sync_dist" not in done.stderr  # Lightning's advice for per-rank epoch-level logs: ours are global
     rank0 = json.loads((tmp_path / "rank0.json").read_text())
