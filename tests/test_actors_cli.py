@@ -167,6 +167,17 @@ def test_sigterm_leaves_a_checkpoint_and_no_actor_alive_then_resume_finishes_the
     assert resumed["OnPolicyDataModule"]["actor_generation"] == 2  # the resumed actors drew fresh seeds
 
 
+def test_a_sigkilled_learner_takes_its_actors_and_their_fork_server_with_it(tmp_path):
+    """SIGKILL leaves the learner no say: its actors (children of the fork server, which outlives the learner while
+    they live) must notice the learner's pid is gone and die, and the server with them."""
+    proc, actors = _start_and_mark(tmp_path, 1000 * ROLLOUT)
+    children = _descendants(proc.pid)
+    assert actors
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert _gone(children, within_s=10), [pid for pid in children if pid_alive(pid)]
+
+
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
