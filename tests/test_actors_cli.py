@@ -167,12 +167,20 @@ def test_sigterm_leaves_a_checkpoint_and_no_actor_alive_then_resume_finishes_the
     assert resumed["OnPolicyDataModule"]["actor_generation"] == 2  # the resumed actors drew fresh seeds
 
 
-def test_a_sigkilled_learner_takes_its_actors_and_their_fork_server_with_it(tmp_path):
-    """SIGKILL leaves the learner no say: its actors (children of the fork server, which outlives the learner while
-    they live) must notice the learner's pid is gone and die, and the server with them."""
-    proc, actors = _start_and_mark(tmp_path, 1000 * ROLLOUT)
-    children = _descendants(proc.pid)
-    assert actors
+def test_a_sigkilled_learner_takes_even_a_hung_actor_and_the_fork_server_with_it(tmp_path):
+    """SIGKILL leaves the learner no say, and an actor stuck inside an env step reads neither its pipe nor the stop
+    flag; its parent, the fork server, outlives the learner while the actor lives. The actor must still die within
+    a second or two (it watches the learner's pid), and the server with it."""
+    marker = tmp_path / "hung"
+    env = {"class_path": "tests.actor_envs.HangOnceCartPole", "init_args": {"marker": str(marker), "hang_at": 40}}
+    args = _args(tmp_path, 1000 * ROLLOUT, "--data.init_args.env", json.dumps(env))
+    proc = _popen(tmp_path, [*args, "--data.init_args.actor_heartbeat_s", "600"])  # the learner waits on it
+    deadline = time.monotonic() + 120
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marker.exists(), proc.communicate()[1] if proc.poll() is not None else "the actor never hung"
+    children, actors = _descendants(proc.pid), _actor_pids(proc.pid)
+    assert len(actors) == 1, actors
     proc.kill()
     proc.communicate(timeout=60)
     assert _gone(children, within_s=10), [pid for pid in children if pid_alive(pid)]
