@@ -15,9 +15,9 @@ from typing import Any
 def die_with_parent(signum: int = signal.SIGTERM) -> None:
     """Ask the kernel to send ``signum`` to the calling process when its parent dies (Linux ``PR_SET_PDEATHSIG``).
 
-    Call it first thing in a child (or in ``preexec_fn``). A parent that died before the call is caught by the
-    ``getppid`` check the caller makes afterwards (``parent_gone``); elsewhere than Linux this does nothing and the
-    children rely on their own heartbeat of the parent.
+    Call it first thing in a child (or in ``preexec_fn``). A parent that died before the call, and a child whose
+    parent is a fork server rather than the process it serves, are caught by ``signal_when_gone`` on the served
+    process's pid; elsewhere than Linux this does nothing and that watch is what remains.
     """
     if sys.platform.startswith("linux"):
         import ctypes
@@ -64,11 +64,6 @@ def server_environ() -> dict[str, str]:
 
     name = getattr(getattr(sys.modules["__main__"], "__spec__", None), "name", None)
     return {MAIN_MODULE_VARIABLE: name} if name else {}
-
-
-def parent_gone(parent_pid: int) -> bool:
-    """Whether the process that started this one has exited (the child was re-parented)."""
-    return os.getppid() != parent_pid
 
 
 def pid_alive(pid: int) -> bool:
