@@ -188,3 +188,63 @@ def test_mlp_encoder_adds_no_parameters_and_default_state_dict_keys_are_unchange
     for module in (PPO(env_spec=spec), SPO(env_spec=spec)):
         names = [name for name, _ in module.named_parameters()]
         assert not [name for name in names if "encoder" in name]
+
+
+@pytest.mark.parametrize("builder", [nature_cnn, impala_cnn])
+def test_staged_frames_keep_their_values_and_a_row_gather_keeps_the_cnn_layout(builder) -> None:
+    encoder, frames = builder((4, 36, 36)), images((4, 36, 36), 12)
+    staged = encoder.stage(frames)
+    assert torch.equal(staged, frames)
+    assert staged.shape == frames.shape
+    assert staged.is_contiguous(memory_format=torch.channels_last)
+    assert not frames.is_contiguous(memory_format=torch.channels_last)
+    minibatch = staged[torch.randperm(12, generator=torch.Generator().manual_seed(0))][4:8]  # as PPO's epochs slice
+    assert minibatch.is_contiguous(memory_format=torch.channels_last)  # so the CNN copies nothing per minibatch
+    assert torch.equal(encoder(staged), encoder(frames))
+    hwc = builder((36, 36, 4))
+    last = frames.permute(0, 2, 3, 1)
+    assert hwc.stage(last) is last  # channels-last frames are NHWC in memory already
+
+
+def test_a_dict_observation_stages_its_image_leaf_and_leaves_the_rollout_as_it_was() -> None:
+    encoder = ObsEncoder(pixels_spec(), "nature")
+    obs = TensorDict({"pixels": images((3, 36, 36), 6), "state": torch.rand(6, 4)}, batch_size=[6])
+    staged = encoder.stage(obs)
+    assert torch.equal(staged["pixels"], obs["pixels"])
+    assert staged["pixels"].is_contiguous(memory_format=torch.channels_last)
+    assert not obs["pixels"].is_contiguous(memory_format=torch.channels_last)  # the rollout's leaf is untouched
+    assert staged["state"] is obs["state"]
+    assert torch.equal(encoder(staged), encoder(obs))
+    mlp = ObsEncoder(pixels_spec(), "mlp")
+    assert mlp.stage(obs) is obs  # no CNN, nothing to lay out
+
+
+@pytest.mark.parametrize("with_state", [False, True], ids=["image", "dict"])
+def test_ppo_update_lays_out_the_frames_once_not_in_every_minibatch(monkeypatch, with_state: bool) -> None:
+    from rl_lightning.data.collector import Collector
+    from rl_lightning.envs import BatchedEnv
+    from rl_lightning.networks import cnn
+
+    env = BatchedEnv(GymnasiumEnv(env_class=ClassSpec("tests.space_envs.Pixels", {"with_state": with_state})), 4,
+                     torch.device("cpu"), 0, False, True)  # fmt: skip
+    torch.manual_seed(0)
+    module = PPO(env_spec=env.spec, encoder="nature", hidden_sizes=[], update_epochs=3, num_minibatches=4)
+    batch = module.process_rollout(Collector(env, seed=0).rollout(module.acting_policy(env), 16, 0))
+    reference = PPO(env_spec=env.spec, encoder="nature", hidden_sizes=[], update_epochs=3, num_minibatches=4)
+    reference.load_state_dict(module.state_dict())
+    reference.generator.set_state(module.generator.get_state())
+    laid_out = []
+    original = cnn.nhwc_frames
+
+    def counting(frames: torch.Tensor) -> torch.Tensor:
+        laid_out.append(not frames.is_contiguous(memory_format=torch.channels_last))
+        return original(frames)
+
+    monkeypatch.setattr(cnn, "nhwc_frames", counting)
+    module.update(batch, torch.optim.Adam(module.parameters(), lr=1e-3))
+    assert len(laid_out) == 1 + 12  # the stage, then one forward per minibatch (3 epochs x 4)
+    assert sum(laid_out) == 1  # only the stage copied: all 12 minibatches arrived in the CNN's layout
+    monkeypatch.setattr(ObsEncoder, "stage", lambda self, obs: obs)  # each minibatch lays its frames out itself
+    reference.update(batch, torch.optim.Adam(reference.parameters(), lr=1e-3))
+    for (name, got), want in zip(module.named_parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=f"{name}: staging changed the update")

@@ -9,7 +9,8 @@ by side in one run, interleaved seed by seed, with wall and CPU seconds for ever
     python benchmarks/speed/async_collection.py --sections breakout --full    # Breakout learning curves to 1M
 
 Sections (each its own function; sides in ``--actors``: 0 = serial, N actors, Ns = N actors with actor_env_splits 2,
-N@FILE = N actors on another bundled config, e.g. ``1@ppo_halfcheetah_async.yaml``):
+Nr = N actors on Ray (a local instance), N@FILE = N actors on another bundled config, e.g.
+``1@ppo_halfcheetah_async.yaml``):
   halfcheetah  PPO ``ppo_halfcheetah.yaml`` against SB3 (rl-zoo settings) and Sample Factory 2.1's MuJoCo example:
                env steps/s over ``--cheetah-steps``; ``--full``: training seconds to the first evaluation >= 3,000
                (5 deterministic episodes every 10,240 env steps, their time taken out) and ours' 1M-step return.
@@ -167,17 +168,19 @@ def scalars(run_dir: str | Path) -> dict[str, list[Any]]:
 
 def ours(section: str, side_name: str, seed: int, out: Path, extra: list[str], evaluation: dict | None = None) -> Run:
     """One fit of the section's config with ``num_actors=N`` (``side_name`` "N", or "Ns": N actors with
-    ``actor_env_splits: 2``; "N@FILE": another bundled config, e.g. "1@ppo_halfcheetah_async.yaml"); perf and eval
-    series read from its events."""
+    ``actor_env_splits: 2``; "Nr": N actors on Ray, ``actor_backend: ray`` with a local Ray instance; "N@FILE":
+    another bundled config, e.g. "1@ppo_halfcheetah_async.yaml"); perf and eval series read from its events."""
     side_name, _, config = side_name.partition("@")
-    actors, splits = int(side_name.rstrip("s")), 2 if side_name.endswith("s") else 1
-    side = "serial" if actors == 0 else f"async {actors}" + (" split" if splits == 2 else "")
+    actors, suffix = int(side_name.rstrip("sr")), side_name.lstrip("0123456789")
+    splits, ray = 2 if "s" in suffix else 1, "r" in suffix
+    side = "serial" if actors == 0 else f"async {actors}" + (" split" if splits == 2 else "") + (" ray" if ray else "")
     side += f" {Path(config).stem}" if config else ""
     version = f"{section}_a{side_name}{'_' + Path(config).stem if config else ''}_s{seed}"
     spec = json.dumps(evaluation or {})
     cmd = [sys.executable, __file__, "_fit", config or CONFIGS[section], str(seed), str(out), version, spec]
     cmd += ["--data.init_args.num_actors", str(actors), *extra]
     cmd += ["--data.init_args.actor_env_splits", "2"] if splits == 2 else []  # DreamerV3's datamodule has no splits
+    cmd += ["--data.init_args.actor_backend", "ray"] if ray else []
     cmd += OURS_EXTRA
     stdout, wall, cpu, load = measured(cmd, cwd=out)
     row = json.loads(next(line for line in stdout.splitlines() if line.startswith("BENCH "))[6:])
@@ -374,7 +377,7 @@ def main() -> None:
     parser.add_argument(
         "--actors",
         default=None,
-        help="sides, e.g. 0,1,1s (0 serial; 1s: 1 actor, env splits 2; "
+        help="sides, e.g. 0,1,1s,1r (0 serial; 1s: 1 actor, env splits 2; 1r: 1 actor on Ray; "
         "1@ppo_halfcheetah_async.yaml: 1 actor, another bundled config)",
     )
     parser.add_argument("--quick", action="store_true", help="short budgets: check every section runs")

@@ -87,7 +87,8 @@ class PPOUpdate:
         standalone (``FailFast.reproduce`` replays a failing update this way).
 
         The minibatch loop is kept lean (the profile in benchmarks/README.md): the columns it needs are pulled out
-        of the TensorDict once (observations normalised once; a fixed decoding run once), shuffled with one gather
+        of the TensorDict once (observations normalised once; image frames laid out for the CNN once; a fixed decoding
+        run once), shuffled with one gather
         per epoch and sliced as views per minibatch; the terms are stacked into one tensor per step and summed on the
         device (read once, when logged).
         """
@@ -105,8 +106,8 @@ class PPOUpdate:
         if self.decodes_once:  # a fixed decoding (Hearts' 5,088 -> 516): once per row, not once per minibatch
             with torch.no_grad():
                 columns[keys.FEATURES] = self.encoder(obs)
-        else:
-            columns[keys.OBS] = obs
+        else:  # image leaves laid out for the CNN once here, not in each of the update's minibatches
+            columns[keys.OBS] = self.encoder.stage(obs)
         if keys.ACTION_MASK in batch:
             columns[keys.ACTION_MASK] = batch[keys.ACTION_MASK]
         if getattr(self, "critic_reads_state", False):  # a centralised critic: every seat's view

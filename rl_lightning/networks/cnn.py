@@ -82,8 +82,25 @@ class PixelEncoder(nn.Module):
         x = obs.reshape(-1, *self.shape)
         if self.channels_last:
             x = x.permute(0, 3, 1, 2)  # already NHWC in memory: the next line copies nothing
-        x = x.contiguous(memory_format=torch.channels_last)  # on the uint8 frames, 4x fewer bytes than after the cast
+        x = nhwc_frames(x)  # on the uint8 frames, 4x fewer bytes than after the cast; a no-op once staged
         return self.trunk(x.to(_input_dtype(x)).div_(255.0)).reshape(*lead, self.out_dim)
+
+    def stage(self, obs: torch.Tensor) -> torch.Tensor:
+        """A flat batch of frames ``[N, *shape]`` laid out in memory as ``forward`` reads it (NHWC), the same values
+        and shape: an update that reads each frame in several minibatches lays them out once (``PPOUpdate.update``;
+        a row gather keeps the layout), not once per minibatch."""
+        if self.channels_last or obs.dim() != 4:
+            return obs  # channels-last frames are NHWC in memory already; other shapes are laid out in ``forward``
+        return nhwc_frames(obs)
+
+
+def nhwc_frames(frames: torch.Tensor) -> torch.Tensor:
+    """``[N, C, H, W]`` frames in channels-last memory (NHWC), values and shape unchanged; no copy if they are.
+    Stacking the ``C`` planes is ~2x faster on the CPU than ``contiguous(memory_format=torch.channels_last)`` for
+    ``uint8`` frames (4-frame 84x84 stacks: 1.3 against 2.2 ms per 256, 0.08 against 0.14 ms per 8)."""
+    if frames.is_contiguous(memory_format=torch.channels_last):
+        return frames
+    return torch.stack(frames.unbind(1), dim=-1).permute(0, 3, 1, 2)
 
 
 def _input_dtype(frames: torch.Tensor) -> torch.dtype:

@@ -33,7 +33,7 @@ from torch import nn
 
 from rl_lightning.errors import ConfigError
 from rl_lightning.networks.board import BoardEncoder, is_board
-from rl_lightning.networks.cnn import CNNS, MIN_SIZE, fits
+from rl_lightning.networks.cnn import CNNS, MIN_SIZE, PixelEncoder, fits
 from rl_lightning.networks.distributions import one_hot
 from rl_lightning.networks.hearts import HeartsFeatures
 
@@ -233,6 +233,20 @@ class ObsEncoder(nn.Module):
         """The leaves a game's fixed decoding reads (their raw entries: a normaliser must not change them)."""
         decoders = tuple(DECODERS.values())
         return [leaf_name(key) for key, enc in zip(self.keys, self.encoders, strict=True) if isinstance(enc, decoders)]
+
+    def stage(self, obs: torch.Tensor | TensorDict) -> torch.Tensor | TensorDict:
+        """A flat batch of observations with each image leaf laid out as its CNN reads it (``PixelEncoder.stage``),
+        the same values: done once per update rather than once per minibatch. Other leaves are returned as they are."""
+        staged = [(key, enc.stage(obs if key == () else obs[key])) for key, enc in zip(self.keys, self.encoders,
+                  strict=True) if isinstance(enc, PixelEncoder)]  # fmt: skip
+        if not staged:
+            return obs
+        if staged[0][0] == ():
+            return staged[0][1]
+        obs = obs.copy()  # a shallow copy: the rollout's own leaves stay as they are
+        for key, leaf in staged:
+            obs[key] = leaf
+        return obs
 
     def forward(self, obs: torch.Tensor | TensorDict) -> torch.Tensor:
         parts = [enc(obs if key == () else obs[key]) for key, enc in zip(self.keys, self.encoders, strict=True)]
