@@ -16,6 +16,7 @@ from tensordict import TensorDict
 from rl_lightning import keys, stop
 from rl_lightning.algos.optimizer_steps import OptimizerSteps
 from rl_lightning.algos.selfplay_targets import selfplay_targets
+from rl_lightning.data.rows import gather_rows
 from rl_lightning.errors import ConfigError
 from rl_lightning.objectives.gae import generalized_advantage_estimate
 
@@ -115,7 +116,7 @@ class PPOUpdate:
 
         def epoch() -> Iterator[dict[str, Any]]:
             perm = torch.randperm(batch.numel(), generator=self.generator)[:size].to(batch.device)
-            shuffled = {key: value[perm] for key, value in columns.items()}
+            shuffled = {key: gather_rows(value, perm) for key, value in columns.items()}
             for start in range(0, size, minibatch):
                 yield {key: value[start : start + minibatch] for key, value in shuffled.items()}
 
