@@ -61,6 +61,7 @@ class TickBuffers:
     final_obs: np.ndarray | None = None  # [B, S, *obs], on rows whose game ended
     seat_truncated: np.ndarray | None = None  # [B, S] bool, on rows whose game ended: the seat was cut while in it
     critic_obs: np.ndarray | None = None  # [B, S * D] every seat's view, the acting seat's first (``critic_obs``)
+    critic_views: np.ndarray | None = None  # [B, S, *obs]: the same memory as ``critic_obs``, a view per seat
     #: Each row's legal actions, in row order, where a backend lists them instead of writing ``mask`` rows (one
     #: scatter per tick costs less than a numpy fancy assignment per row).
     legal: list[list[int]] = field(default_factory=list)
@@ -78,6 +79,7 @@ class TickBuffers:
         )
         if spec.critic_obs_shape:
             buffers.critic_obs = np.empty((batch, *spec.critic_obs_shape), dtype=env.obs_numpy_dtype)
+            buffers.critic_views = buffers.critic_obs.reshape(batch, seats, *spec.obs_shape)
         if step:
             buffers.reward = np.zeros((batch, seats), dtype=np.float32)
             buffers.terminated = np.zeros(batch, dtype=bool)

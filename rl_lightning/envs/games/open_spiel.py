@@ -298,7 +298,8 @@ class OpenSpielEnv(TurnBasedGameEnv):
 
     def _restart(self, row: _Row) -> None:
         row.state = self.game.new_initial_state()
-        row.paid[:] = 0.0
+        if self._dense:  # only the dense reward model reads what was paid
+            row.paid[:] = 0.0
         self._resolve_chance(row)
 
     def _resolve_chance(self, row: _Row) -> None:
@@ -323,8 +324,9 @@ class OpenSpielEnv(TurnBasedGameEnv):
         if taken is not None:
             self._trick_reward.pay(state, taken, reward)
         if state.is_terminal():
-            if not self._dense:
-                reward += state.returns()
+            if not self._dense:  # per seat in float64, as ``reward += returns`` would, at a fifth of its cost
+                for seat, value in enumerate(state.returns()):
+                    reward[seat] = float(reward[seat]) + value
             return "terminated"
         return None
 
@@ -337,12 +339,12 @@ class OpenSpielEnv(TurnBasedGameEnv):
         buffers.legal.append(state.legal_actions())
         buffers.is_first[index] = row.steps == 0
         if buffers.critic_obs is not None:  # every seat's view, the acting seat's first (already in the buffer)
-            views = buffers.critic_obs[index].reshape(-1, *self._obs_shape)
-            views[0] = self._view
-            seats = len(views)
+            views = buffers.critic_views  # [B, S, *obs], laid over critic_obs once per tick
+            views[index, 0] = self._view
+            seats = views.shape[1]
             for k in range(1, seats):
                 self._observer.set_from(state, (seat + k) % seats)
-                views[k] = self._view
+                views[index, k] = self._view
 
     def seat_observation(self, state: Any, seat: int) -> np.ndarray:
         """A copy of what seat ``seat`` observes in the ``pyspiel.State`` ``state``: the network input this env emits
