@@ -89,9 +89,8 @@ class PPOUpdate:
 
         The minibatch loop is kept lean (the profile in benchmarks/README.md): the columns it needs are pulled out
         of the TensorDict once (observations normalised once; image frames laid out for the CNN once; a fixed decoding
-        run once), shuffled with one gather
-        per epoch and sliced as views per minibatch; the terms are stacked into one tensor per step and summed on the
-        device (read once, when logged).
+        run once), shuffled with one whole-row gather per epoch (``data/rows.py``) and sliced as views per minibatch;
+        the terms are stacked into one tensor per step and summed on the device (read once, when logged).
         """
         hp = self.hparams
         batch = batch.reshape(-1)
