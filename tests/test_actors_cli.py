@@ -186,6 +186,20 @@ def test_a_sigkilled_learner_takes_even_a_hung_actor_and_the_fork_server_with_it
     assert _gone(children, within_s=10), [pid for pid in children if pid_alive(pid)]
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="lending a core needs a second core")
+def test_a_learner_borrowing_idle_actor_cores_runs_a_second_thread_while_its_actor_waits(tmp_path):
+    """A learner slowed on purpose (40 epochs a rollout) at one thread of its own: its actor collects a rollout in a
+    fraction of an update and then waits, so most optimiser steps run on two threads (``perf/learner_threads``)."""
+    extra = ["--num_threads", "1", "--data.init_args.borrow_idle_actor_cores", "true",
+             "--model.init_args.update_epochs", "40"]  # fmt: skip
+    result = run_cli(_args(tmp_path, 6 * ROLLOUT, *extra), tmp_path)
+    assert result.returncode == 0, result.stderr
+    threads = _scalars(tmp_path, "perf/learner_threads")
+    assert len(threads) == 5, threads  # logged with each rollout, over the update before it: from the second on
+    assert all(1.0 <= value <= 2.0 for value in threads), threads
+    assert sorted(threads)[3] > 1.5, threads  # the actor waits through most of each update
+
+
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
@@ -193,8 +207,13 @@ def test_a_sigkilled_learner_takes_even_a_hung_actor_and_the_fork_server_with_it
         (["--data.init_args.num_actors", "8"], "data.num_actors=8 does not split data.num_envs=4"),
         (["--data.init_args.env", "tests.actor_envs.LockedCartPole"], "LockedCartPole cannot be pickled"),
         (["--data.init_args.actor_env_splits", "3"], "data.actor_env_splits=3: must be 1 (off) or 2"),
+        (["--data.init_args.num_actors", "0", "--data.init_args.borrow_idle_actor_cores", "true"],
+         "data.borrow_idle_actor_cores=true lends the learner the cores of idle actor processes, but "
+         "data.num_actors=0"),
+        (["--data.init_args.actor_backend", "ray", "--data.init_args.borrow_idle_actor_cores", "true"],
+         "Ray actors may run elsewhere: set data.actor_backend: processes"),
     ],
-    ids=["lag", "actors-over-envs", "unpicklable-env", "env-splits"],
+    ids=["lag", "actors-over-envs", "unpicklable-env", "env-splits", "borrow-without-actors", "borrow-on-ray"],
 )
 def test_bad_actor_settings_are_refused_in_one_line_before_anything_starts(tmp_path, extra, expected):
     result = run_cli([*_args(tmp_path, 10 * ROLLOUT), *extra], tmp_path)

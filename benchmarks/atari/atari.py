@@ -141,14 +141,16 @@ def print_throughput(r: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------------------------------------------
 # learning: PPO Breakout through the CLI, read back from TensorBoard
 # ----------------------------------------------------------------------------------------------------------------
-def run_learning(out: Path, total_env_steps: int, seed: int, extra: list[str] | None = None) -> Path:
-    cmd = [sys.executable, "-m", "rl_lightning.cli", "fit", "--config", str(REPO / "configs" / "ppo_atari.yaml")]
+def run_learning(
+    out: Path, total_env_steps: int, seed: int, extra: list[str] | None = None, config: str = "ppo_atari.yaml"
+) -> Path:
+    cmd = [sys.executable, "-m", "rl_lightning.cli", "fit", "--config", str(REPO / "configs" / config)]
     cmd += ["--seed_everything", str(seed), "--data.init_args.total_env_steps", str(total_env_steps)]
     cmd += extra or []
     cmd += ["--trainer.logger.init_args.save_dir", str(out), "--trainer.enable_progress_bar", "false"]
     print("  $", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=out)
-    return sorted((out / "ppo_atari").iterdir())[-1]
+    return sorted((out / Path(config).stem).iterdir())[-1]  # the bundled configs log under their own name
 
 
 def print_curve(run: Path, target: float = 10.0) -> None:
@@ -323,6 +325,7 @@ def main() -> None:
     parser.add_argument("--fit-args", default="", help="learning: more options for the fit, e.g. "
                         "'--data.init_args.num_actors 1' (collection in an actor process)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--config", default="ppo_atari.yaml", help="learning: a bundled config, e.g. the async one")
     parser.add_argument("--read", type=Path, default=None, help="only print the tables of a finished learning run")
     parser.add_argument("--presets", default="XS,S", help="dreamer: model sizes")
     parser.add_argument("--dreamer-updates", type=int, default=30, help="dreamer: gradient steps timed/recorded")
@@ -342,7 +345,8 @@ def main() -> None:
         print_memory(run_memory(args.ring_rows, args.fit_steps))
     if "learning" in sections:
         args.out.mkdir(parents=True, exist_ok=True)
-        print_curve(run_learning(args.out.resolve(), args.total_env_steps, args.seed, args.fit_args.split()))
+        run = run_learning(args.out.resolve(), args.total_env_steps, args.seed, args.fit_args.split(), args.config)
+        print_curve(run)
 
 
 if __name__ == "__main__":

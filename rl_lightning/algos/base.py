@@ -19,6 +19,7 @@ from rl_lightning.data.actors import PolicyFactory
 from rl_lightning.env_step_log import finite_only, log_at_env_step, publish_to_callbacks, to_floats
 from rl_lightning.envs.base import BatchedEnv, EnvSpec
 from rl_lightning.errors import ConfigError
+from rl_lightning.learner_threads import follow_actors
 from rl_lightning.lightning_notices import silence_lightning_notices
 from rl_lightning.lineage import REVISION_KEY, PolicyRevision, check_family, constructor_args, weights_digest
 
@@ -135,6 +136,7 @@ class RLModule(pl.LightningModule):
             stop.check()  # a stop request abandons the update; the checkpoint is the previous one's
             terms = self._gradient_step(batches[index], optimizer)
             fresh_low_precision_weights()  # the next step's forward must read this step's weights (bf16-mixed)
+            follow_actors()  # with data.borrow_idle_actor_cores: the next step's threads (learner_threads.py)
             totals = terms if totals is None else totals + terms
         if totals is None:
             raise ValueError("step_each got no batches (leading dim 0)")

@@ -28,6 +28,8 @@ from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.strategies import SingleDeviceStrategy
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
+from rl_lightning.learner_threads import follow_actors
+
 _STEP_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
 
 
@@ -57,6 +59,7 @@ class OptimizerSteps:
     def step(self) -> None:
         self.optimizer.step()
         fresh_low_precision_weights()
+        follow_actors()  # with data.borrow_idle_actor_cores: the next step's threads (learner_threads.py)
         self.steps += 1
 
     def zero_grad(self) -> None:

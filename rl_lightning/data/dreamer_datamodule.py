@@ -106,6 +106,8 @@ class DreamerDataModule(OnPolicyDataModule):
         max_policy_lag: with actors: windows each actor may collect ahead of the learner.
         actor_max_failures: with actors: failures of one actor in a row that stop the run with a checkpoint.
         actor_heartbeat_s: with actors: an actor with no env tick for this long is replaced.
+        borrow_idle_actor_cores: with actor processes: the learner runs one more torch thread per actor waiting for
+            it (``OnPolicyDataModule``'s setting).
         actor_backend: with actors: ``processes`` (this machine) or ``ray`` (Ray actors, on this machine or a Ray
             cluster; ``OnPolicyDataModule``'s setting, the extra ``pip install -e ".[ray]"``).
         ray_address: with ``actor_backend: ray``: ``null`` (a local Ray instance for the run), ``auto`` or
@@ -138,6 +140,7 @@ class DreamerDataModule(OnPolicyDataModule):
         max_policy_lag: int = 1,
         actor_max_failures: int = 3,
         actor_heartbeat_s: float = 60.0,
+        borrow_idle_actor_cores: bool = False,
         actor_backend: str = "processes",
         ray_address: str | None = None,
     ) -> None:
@@ -153,6 +156,7 @@ class DreamerDataModule(OnPolicyDataModule):
             env, num_envs, rollout_length, total_env_steps, seed, device, check_env, eval_episodes, eval_seed,
             num_actors=num_actors, max_policy_lag=max_policy_lag, actor_max_failures=actor_max_failures,
             actor_heartbeat_s=actor_heartbeat_s, actor_backend=actor_backend, ray_address=ray_address,
+            borrow_idle_actor_cores=borrow_idle_actor_cores,
         )  # fmt: skip
         self.rollout_length = rollout_length
         self.buffer_size = buffer_size

@@ -91,6 +91,11 @@ class OnPolicyDataModule(pl.LightningDataModule):
             while the policy acts for the other (Sample Factory's double-buffered sampling). Pays with backends
             that step outside Python (EnvPool, ale-py's vector env) and a policy that costs as much as a step;
             same data as two actors of half the envs each. Single-seat collection only (not self-play).
+        borrow_idle_actor_cores: with actor processes: at each optimiser step the learner runs one more torch thread
+            per actor that waits for it (it has collected what ``max_policy_lag`` allows), and gives the thread back
+            when the actor collects again. Where actors and learner share the cores (2 cores: ``num_threads: 1``
+            and one actor), the update then runs on both while the actor idles. ``perf/learner_threads`` logs the
+            mean; thread counts change how some float sums split, so an update's last bits then depend on timing.
         actor_backend: with actors: ``processes`` (on this machine: shared-memory weights and rollout slots) or
             ``ray`` (Ray actors of one CPU each, on this machine or across a Ray cluster: weights ``ray.put`` once
             per version, rollouts through the object store; a dead actor or node is replaced by a fresh actor
@@ -119,6 +124,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         actor_max_failures: int = 3,
         actor_heartbeat_s: float = 60.0,
         actor_env_splits: int = 1,
+        borrow_idle_actor_cores: bool = False,
         actor_backend: str = "processes",
         ray_address: str | None = None,
     ) -> None:
@@ -146,6 +152,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self.actor_backend = actor_backend
         self.ray_address = ray_address
         self.actor_env_splits = actor_env_splits
+        self.borrow_idle_actor_cores = borrow_idle_actor_cores
         self.actors: ActorPool | RayActorPool | None = None
         self._actor_generation = 0  # seed generations used before (a resumed async run starts past them)
         self._env_seed: int | None = None  # the rank's first env seed, known at setup

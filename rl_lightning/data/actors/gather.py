@@ -14,6 +14,7 @@ from rl_lightning.data.actors.core import EPISODES
 from rl_lightning.data.actors.policy_factory import PolicyFactory
 from rl_lightning.data.actors.worker import ActorSpec
 from rl_lightning.errors import EnvError
+from rl_lightning.learner_threads import mean_threads_since_last_read
 
 #: Seeds of a restarted actor move by this much per generation, far from every other actor's envs.
 GENERATION_STRIDE = 7_919_113
@@ -41,6 +42,8 @@ class PoolSettings:
         autocast_dtype: the low-precision dtype the actors act in (``torch.autocast`` on the CPU), as the serial
             collector does inside a CPU learner's ``training_step`` under ``trainer.precision: bf16-mixed``; None:
             float32.
+        borrow_idle_cores: the learner runs one more intra-op thread per actor waiting for it (processes on this
+            machine only; ``learner_threads.py``).
     """
 
     num_actors: int
@@ -55,6 +58,7 @@ class PoolSettings:
     seed_generation: int = 0
     env_splits: int = 1
     autocast_dtype: torch.dtype | None = None
+    borrow_idle_cores: bool = False
 
 
 @dataclass
@@ -131,6 +135,9 @@ class Gathering:
             "actors/restarts": float(restarts),
             "actors/dropped_rollouts": float(dropped),
         }
+        threads = mean_threads_since_last_read()
+        if threads is not None:  # data.borrow_idle_actor_cores: the learner's mean intra-op threads per step
+            result["perf/learner_threads"] = threads
         self.learner_wait, self.since = 0.0, now
         return result
 

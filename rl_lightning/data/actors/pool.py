@@ -32,6 +32,7 @@ from rl_lightning.data.actors.policy_factory import PolicyFactory
 from rl_lightning.data.actors.recipes import SingleAgentRecipe
 from rl_lightning.data.actors.weights import SharedWeights
 from rl_lightning.data.actors.worker import ActorChannels, ActorSpec, actor_main
+from rl_lightning.learner_threads import follow_actors, lend_idle_actors, stop_lending
 from rl_lightning.learner_waits import learner_waiting
 
 POLL_S = 0.05
@@ -96,6 +97,7 @@ class ActorPool:
         self.weights = SharedWeights(state_dict)
         self.stop_flag = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.heartbeat = torch.zeros(settings.num_actors, dtype=torch.float64).share_memory_()
+        self.idle = torch.zeros(settings.num_actors, dtype=torch.int8).share_memory_()
         self._pids: list[int] = []  # the current actors' pids, read by the finalizer at interpreter exit
         self._started = [0.0] * settings.num_actors
         self.generation = settings.seed_generation
@@ -107,6 +109,8 @@ class ActorPool:
         weakref.finalize(self, ActorPool._kill_all, self._pids)  # runs at exit too, should close() be skipped
         for index in range(settings.num_actors):
             self.actors.append(self._start(index))
+        if settings.borrow_idle_cores:
+            lend_idle_actors(self.idle)
 
     # ----- processes ----------------------------------------------------------------------------------------
     def _start(self, index: int, generation: int | None = None) -> _Actor:
@@ -118,8 +122,9 @@ class ActorPool:
         for slot in range(s.max_policy_lag):
             learner_end.send(slot)
         self.heartbeat[index] = 0.0  # starting: judged by STARTUP_TIMEOUT_S until its first beat
+        self.idle[index] = 0  # a replaced actor may have died waiting
         self._started[index] = time.monotonic()
-        channels = ActorChannels(self.weights, actor_end, self.heartbeat, self.stop_flag)
+        channels = ActorChannels(self.weights, actor_end, self.heartbeat, self.stop_flag, self.idle)
         process = self.context.Process(target=actor_main, args=(spec, channels), daemon=True, name=f"actor-{index}")
         with child_environ(OMP_NUM_THREADS="1", **server_environ()):  # read as the first actor starts its interpreter
             process.start()
@@ -195,6 +200,8 @@ class ActorPool:
             parts.append(batch)
             infos.append(info)
         stale = self.dropped_rollouts - dropped_before  # collected whole: their env steps count
+        if self.settings.borrow_idle_cores:
+            follow_actors(step=False)  # the actors collect again: the update starts on the learner's own threads
         return self._gathering.rollout(parts, infos, stale, self.restarts, self.dropped_rollouts, start)
 
     def _take(self, index: int, learner_version: int) -> tuple[TensorDict, RolloutInfo]:
@@ -206,6 +213,7 @@ class ActorPool:
                 assert actor.slots is not None
                 batch = actor.slots[slot].clone()
                 actor.pipe.send(slot)
+                self.idle[index] = 0  # it collects again from now on (it clears the flag itself once it wakes)
                 if learner_version - version <= self.settings.max_policy_lag:
                     actor.failures_in_a_row = 0
                     return batch, (version, stats, collect_s, wait_s)
@@ -236,6 +244,8 @@ class ActorPool:
         if self._closed:
             return
         self._closed = True
+        if self.settings.borrow_idle_cores:
+            stop_lending()
         self.stop_flag.fill_(1)
         deadline = time.monotonic() + JOIN_TIMEOUT_S
         for actor in self.actors:

@@ -29,6 +29,8 @@ def check_actor_config(datamodule: Any, module: Any) -> None:
             f"data.max_policy_lag={lag!r}: must be >= 1 (versions a rollout may lag the learner); for lag 0 collect "
             "in the learner with data.num_actors: 0"
         )
+    on_ray = getattr(datamodule, "actor_backend", "processes") == "ray"
+    _check_borrowing(datamodule, n, on_ray)
     check_backend(datamodule)
     splits = getattr(datamodule, "actor_env_splits", 1)
     if n == 0 and splits != 1:
@@ -38,7 +40,6 @@ def check_actor_config(datamodule: Any, module: Any) -> None:
         )
     if n == 0:
         return
-    on_ray = getattr(datamodule, "actor_backend", "processes") == "ray"
     _check_positive("data.actor_max_failures", datamodule.actor_max_failures, "e.g. 3")
     _check_positive("data.actor_heartbeat_s", datamodule.actor_heartbeat_s, "e.g. 60")
     if n > datamodule.num_envs or datamodule.num_envs % n:
@@ -56,6 +57,23 @@ def check_actor_config(datamodule: Any, module: Any) -> None:
     _check_crosses_processes(module.policy_factory(), f"{type(module).__name__}'s acting policy", n, on_ray)
     if on_ray:
         check_ray_cluster(datamodule)  # last: it may connect to a cluster to count its CPUs
+
+
+def _check_borrowing(datamodule: Any, n: int, on_ray: bool) -> None:
+    """``borrow_idle_actor_cores`` needs actor processes on the learner's machine."""
+    borrow = getattr(datamodule, "borrow_idle_actor_cores", False)
+    if not isinstance(borrow, bool):
+        raise ConfigError(f"data.borrow_idle_actor_cores={borrow!r}: must be true or false")
+    if borrow and n == 0:
+        raise ConfigError(
+            "data.borrow_idle_actor_cores=true lends the learner the cores of idle actor processes, but "
+            "data.num_actors=0 starts none; set data.num_actors >= 1 or data.borrow_idle_actor_cores: false"
+        )
+    if borrow and on_ray:
+        raise ConfigError(
+            "data.borrow_idle_actor_cores=true lends the learner the cores of actor processes on its machine; Ray "
+            "actors may run elsewhere: set data.actor_backend: processes or data.borrow_idle_actor_cores: false"
+        )
 
 
 def _check_env_splits(datamodule: Any) -> None:
@@ -122,6 +140,7 @@ def start_pool(datamodule: Any, module: Any, env_seed: int, seed_generation: int
         seed_generation=seed_generation,
         env_splits=getattr(datamodule, "actor_env_splits", 1),
         autocast_dtype=acting_dtype(datamodule, module),
+        borrow_idle_cores=bool(getattr(datamodule, "borrow_idle_actor_cores", False)),
     )
     factory: PolicyFactory = module.policy_factory()
     if getattr(datamodule, "actor_backend", "processes") == "ray":

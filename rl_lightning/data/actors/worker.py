@@ -83,12 +83,15 @@ class ActorChannels:
         pipe: this actor's end of its duplex pipe (messages out, free slot numbers in).
         heartbeat: ``time.monotonic()`` of each actor's last sign of life (``[num_actors]`` float64, shared).
         stop: ``[1]`` int64, shared: the learner sets it to 1 to end every actor.
+        idle: ``[num_actors]`` int8, shared: 1 while an actor waits for a free slot (it has collected what the lag
+            bound allows); a learner that borrows idle actors' cores reads it (``learner_threads.py``).
     """
 
     weights: SharedWeights
     pipe: Any
     heartbeat: torch.Tensor
     stop: torch.Tensor
+    idle: torch.Tensor
 
 
 def actor_main(spec: ActorSpec, channels: ActorChannels) -> None:
@@ -121,7 +124,9 @@ def _collect_until_stopped(spec: ActorSpec, channels: ActorChannels) -> None:
     try:
         while True:
             waited = time.perf_counter()
+            channels.idle[index] = 1
             slot = _wait(channels.pipe.recv, spec, channels, ready=lambda: channels.pipe.poll(POLL_S))
+            channels.idle[index] = 0
             newer = channels.weights.read_into(core.weights, core.version)
             while newer is None and core.version < 0:  # the very first weights
                 _wait(lambda: None, spec, channels, ready=lambda: time.sleep(POLL_S) is None)
