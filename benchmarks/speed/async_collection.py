@@ -64,9 +64,30 @@ OURS_EXTRA: list[str] = []  # --ours-extra: CLI options added to every one of ou
 
 
 def cpu_seconds() -> float:
-    """User + system seconds of this process and its waited-for descendants."""
+    """User + system seconds of this process and all its descendants: those waited for (rusage), and the live ones
+    with what they have waited for in turn (``/proc``: the fork server holds its finished actors' seconds)."""
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime + live_descendants_cpu_seconds(os.getpid())
+
+
+def live_descendants_cpu_seconds(pid: int) -> float:
+    """``utime + stime + cutime + cstime`` of every live process below ``pid`` (Linux ``/proc``; 0 elsewhere)."""
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir() if Path("/proc/self/stat").exists() else []:
+        if entry.name.isdigit():
+            try:
+                stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+    children: dict[int, list[int]] = {}
+    for child, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(child)
+    ticks, todo = 0, list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        ticks += sum(int(value) for value in stats[child][11:15])  # utime stime cutime cstime
+        todo += children.get(child, [])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -116,7 +137,7 @@ def child_fit(argv: list[str]) -> None:
         cli.trainer.callbacks.append(timed)
     start = time.perf_counter()
     cli.trainer.fit(cli.model, cli.datamodule)
-    end, cpu = time.perf_counter(), cpu_seconds()
+    end, cpu = time.perf_counter(), cpu_seconds()  # actors gone; the fork server, holding their seconds, not yet
     eval_seconds = timed.eval_seconds if timed else 0.0
     out = {"env_steps": int(cli.datamodule.env_steps), "fit_seconds": end - train_start.wall,
            "setup_seconds": train_start.wall - start, "cpu_seconds": cpu - train_start.cpu,
