@@ -291,7 +291,8 @@ class OpenSpielEnv(TurnBasedGameEnv):
 
     def _copy_row(self, row: _Row) -> _Row:
         if self._no_chance:  # nothing ever draws from the RNG: the copies share it (copying costs 5x the clone)
-            return _Row(row.state.clone(), row.rng, row.steps)
+            # but not the returns already credited: a copy starting at 0 would pay the whole game on its next move
+            return _Row(row.state.clone(), row.rng, row.steps, row.paid.copy())
         rng = random.Random()
         rng.setstate(row.rng.getstate())
         return _Row(row.state.clone(), rng, row.steps, row.paid.copy())
