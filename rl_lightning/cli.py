@@ -7,6 +7,7 @@ that import them from here.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -32,8 +33,8 @@ from rl_lightning.tune import cli as tune_cli
 
 __all__ = [
     "SUBCOMMANDS", "SUBCOMMAND_HELP", "TRAINER_DEFAULTS", "RLArgumentParser", "RLLightningCLI", "bundled_dirs",
-    "cli_main", "close_process_group", "condense_error", "main", "one_callback_per_class", "resolve_config",
-    "resolve_config_args",
+    "cli_main", "close_process_group", "condense_error", "main", "one_callback_per_class",
+    "put_working_directory_on_path", "resolve_config", "resolve_config_args",
 ]  # fmt: skip
 
 #: ``rl-lightning NAME ...`` → the module whose ``main(argv)`` runs it (looked up at call time, so tests may patch it).
@@ -57,6 +58,7 @@ def main(args: Sequence[str] | None = None) -> None:
     run at the next env step or gradient step (``rl_lightning.stop``). The notes ``FaultCheckpoint`` adds (which
     checkpoint it saved) are part of the line.
     """
+    put_working_directory_on_path()
     try:
         argv = list(sys.argv[1:] if args is None else args)
         if argv[:1] and argv[0] in SUBCOMMANDS:
@@ -77,6 +79,17 @@ def main(args: Sequence[str] | None = None) -> None:
         notes = "".join(f"; {note}" for note in getattr(err, "__notes__", []))
         print(f"rl-lightning: error: {cause}{notes}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def put_working_directory_on_path() -> None:
+    """Put the working directory first on ``sys.path``, as ``python -m rl_lightning.cli`` does: a user's env module
+    beside their config (``env_id: my_env:MyEnv-v0``, ``class_path: my_env.MyEnv``) imports from the ``rl-lightning``
+    command too, whose ``sys.path[0]`` is the directory of the installed script. Actor processes unpickle their env
+    with the learner's ``sys.path`` (multiprocessing hands it to every child it starts), DDP ranks re-run this
+    function. ``python -P`` / ``PYTHONSAFEPATH`` (no working directory on the path) is respected."""
+    working_directory = os.getcwd()
+    if not sys.flags.safe_path and working_directory not in sys.path:
+        sys.path.insert(0, working_directory)
 
 
 def close_process_group() -> None:
