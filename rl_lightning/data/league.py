@@ -10,7 +10,8 @@ Each game's players are drawn when it starts, as an int64 ``[B, S]`` table of pl
 policy, ``1..P`` the fixed opponents of the seat map (one per distinct entry), ``P+1+n`` the league's n-th snapshot
 (counting from 0 over the run). A snapshot's id is never reused, and a game keeps the weights it started with: when
 the pool is full the oldest snapshot leaves it (no new game draws it) but plays on in the games that drew it, and is
-dropped once none of them is still running (``League.release``).
+dropped once none of them is still running (``League.release``); where the games are played by actor processes, the
+learner's league drops it at once (``League.drop_retired``), and each actor's mirror releases its own.
 With ``league.share = p``, a share ``p`` of games keep one uniformly chosen ``self`` seat learning and give every
 other ``self`` seat the game's league snapshot (one snapshot per game, uniform over the pool). ``league.bots``
 (``{random: 0.1, pkg.mod:Bot: 0.1}``) gives further shares of games to fixed opponents the same way: pure self-play
@@ -226,6 +227,15 @@ class League:
         for number, playing in zip(numbers, torch.isin(ids, players).tolist()):
             if not playing:
                 self._spare.append(self.retired.pop(number))
+
+    def drop_retired(self) -> None:
+        """Let go of every retired snapshot: for a league no game of this process plays (the learner's, while actor
+        processes collect with mirrors of it), where ``release`` is never called.
+
+        Unlike ``release`` it does not recycle them for later snapshots: a background ``GameEvaluation`` may still
+        be playing one (its panel holds its own reference until its games end), and reloading that module's weights
+        would change its opponent mid-match."""
+        self.retired.clear()
 
     def state_dict(self) -> dict[str, Any]:
         """The pool (its weights, versions and snapshot numbers) and the snapshot clock; the retired snapshots

@@ -112,6 +112,12 @@ class SelfPlayCollector(CollectorBase):
         self.last_collect_seconds = time.perf_counter() - start
         return batch
 
+    @property
+    def games_under_way(self) -> bool:
+        """Whether games are in progress (not before the first rollout, nor after ``reset_episodes``): only those
+        may still play a snapshot retired from the league."""
+        return self._player is not None
+
     def _opponent_act(self, actor: Any, mine: torch.Tensor, obs: TensorDict, action: torch.Tensor) -> torch.Tensor:
         """``action`` with the rows ``mine`` played by ``actor``, which sees only those rows (a league snapshot or a
         bot costs its own share of the batch; a search bot, ``needs_engine_state``, also gets their engine states).
@@ -222,6 +228,7 @@ class SelfPlay:
         wants_league = league is not None or LEAGUE in specs
         self.league = League(**(league or {})) if wants_league else None
         self.players = SeatPlayers(specs, self.league, torch.device("cpu"))
+        self._collector: SelfPlayCollector | None = None  # this process's, where it collects (``collector``)
         for name, player in self.players.fixed_ids.items():
             actor = self.players.actors.get(player)
             if name.endswith(".ckpt"):  # a network of another game would fail at its first move, mid-rollout
@@ -238,12 +245,18 @@ class SelfPlay:
             self.players.bind(module)
         bots = [getattr(actor, "bot", None) for actor in self.players.actors.values()]
         check_engine_players(env.env, bots, "data.seats/data.league.bots")  # a search bot refuses a PettingZoo env
-        return SelfPlayCollector(env, self.players.to(env.device), seed=seed)
+        self._collector = SelfPlayCollector(env, self.players.to(env.device), seed=seed)
+        return self._collector
 
     def before_rollout(self, module: Any) -> None:
-        """Take a league snapshot when one is due."""
-        if self.league is not None:
-            self.league.maybe_snapshot(module)
+        """Take a league snapshot when one is due. Where no game of this process is under way (the learner whose
+        actor processes collect, each with its own mirror of the league), a snapshot leaving the pool is dropped at
+        once: no collector here would ever ``release`` it."""
+        if self.league is None:
+            return
+        self.league.maybe_snapshot(module)
+        if self._collector is None or not self._collector.games_under_way:
+            self.league.drop_retired()
 
     def state_dict(self) -> dict[str, Any] | None:
         """The league's pool (the same on every rank); its per-rank generator lives in the collector's state."""
