@@ -18,7 +18,7 @@ def test_the_bar_counts_to_the_budget_rounded_up_to_whole_rollouts(tmp_path):
             "--trainer.callbacks", "[]"]  # fmt: skip
     result = run_cli(args, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    # Every frame of the env-step bar (Lightning's own bar flashes "0/? it/s" before this one replaces it).
+    # Every frame of the env-step bar.
     shown = re.findall(r"Training:.*?\| (\d+)/(\S+) \[[^\]\r\n]* env steps/s", result.stdout)
     assert shown, result.stdout[-3000:]
     assert all(total.isdigit() for _, total in shown), sorted({total for _, total in shown})

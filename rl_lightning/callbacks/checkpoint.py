@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -86,9 +87,26 @@ class RLCheckpoint(ModelCheckpoint):
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the saved checkpoints' record for a resumed fit. ``validate``/``test`` save nothing, and Lightning
-        restores callbacks there too: restoring would only warn that their log folder is not the fit's."""
+        restores callbacks there too: restoring would only warn that their log folder is not the fit's.
+
+        A resumed fit logs to a new version of the same run (``version_1/checkpoints`` beside ``version_0``), so the
+        folder differs by design: as Lightning does then, only ``best_model_path`` is restored (the top-k record
+        starts afresh in the new folder and never deletes the earlier version's files), without Lightning's
+        "dirpath has changed" warning, which is kept for a checkpoint from anywhere else.
+        """
         if self._stage != "fit":
             return
-        super().load_state_dict(state_dict)
+        if _new_version_of_the_same_run(state_dict.get("dirpath"), self.dirpath):
+            self.best_model_path = state_dict["best_model_path"]
+        else:
+            super().load_state_dict(state_dict)
         if "cadence" in state_dict:
             self.cadence.load_state_dict(state_dict["cadence"])
+
+
+def _new_version_of_the_same_run(saved: str | None, current: str | None) -> bool:
+    """Whether ``current`` is ``<run>/<other version>/<same folder>`` of the ``saved`` ``<run>/<version>/<folder>``."""
+    if saved is None or current is None or saved == current:
+        return False
+    before, now = Path(saved).resolve(), Path(current).resolve()
+    return before.name == now.name and before.parent.parent == now.parent.parent

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 from typing_extensions import override
 
 _SHOWN = {
@@ -22,32 +24,38 @@ class EnvStepProgressBar(TQDMProgressBar):
     """Progress in env steps (total = ``data.total_env_steps`` rounded up to whole rollouts, where the run stops),
     with SPS, recent return and eval return.
 
-    The CLI installs it in place of Lightning's bar, whose total counts optimiser steps. A resumed run starts the
-    bar at the restored env-step count (Lightning resumes mid-epoch and skips ``on_train_epoch_start``), and
-    tqdm's rate and ETA count only the steps of this session.
+    The CLI installs it in place of Lightning's bar, whose total counts optimiser steps. The bar is made once, as
+    training starts, already at the env-step count a resumed run restored and labelled "Training" (Lightning's bar is
+    reset to batches and relabelled "Epoch N" at each epoch start: a resumed async run drew one frame at
+    ``0 < initial`` steps, a negative rate); tqdm's rate and ETA count only the steps of this session. A validation
+    or test loop of one batch (``validate``/``test`` of an RL module: one evaluation) draws no bar, which could only
+    show ``0/1`` then ``1/1``; behaviour cloning's held-out batches keep Lightning's.
 
     Args:
         refresh_rate: redraw every this many updates.
     """
 
     @override
-    def on_train_start(self, trainer: pl.Trainer, *_: Any) -> None:
-        super().on_train_start(trainer)
-        self._start_at_env_steps(trainer)
+    def init_train_tqdm(self) -> Tqdm:
+        unit, done, total = progress(self.trainer)
+        return Tqdm(
+            desc=self.train_description, position=2 * self.process_position, disable=self.is_disabled, leave=True,
+            dynamic_ncols=True, file=sys.stdout, smoothing=0, bar_format=self.BAR_FORMAT,
+            total=total, initial=done, unit=unit,
+        )  # fmt: skip
+
+    @override
+    def init_validation_tqdm(self) -> Tqdm:
+        return Tqdm(disable=True) if sum(self.trainer.num_val_batches) <= 1 else super().init_validation_tqdm()
+
+    @override
+    def init_test_tqdm(self) -> Tqdm:
+        return Tqdm(disable=True) if sum(self.trainer.num_test_batches) <= 1 else super().init_test_tqdm()
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, *_: Any) -> None:
-        super().on_train_epoch_start(trainer)
-        self._start_at_env_steps(trainer)
-
-    def _start_at_env_steps(self, trainer: pl.Trainer) -> None:
-        bar = self.train_progress_bar
-        unit, done, total = progress(trainer)
-        bar.reset(total=total)
-        bar.unit = unit
-        bar.set_description("Training")
-        bar.initial = bar.n = bar.last_print_n = done  # the rate counts this session's steps only
-        bar.refresh()
+        if self._leave:  # a bar per epoch, as Lightning's ``leave=True`` keeps one per epoch
+            self.train_progress_bar = self.init_train_tqdm()
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
