@@ -1,4 +1,5 @@
-"""Envs for the actor-process tests: one that hangs once, one broken for good, one that cannot be pickled."""
+"""Envs for the actor-process tests: one that hangs once, one broken for good, one that cannot be pickled, one
+played as games of several lives."""
 
 from __future__ import annotations
 
@@ -6,8 +7,12 @@ import threading
 import time
 from pathlib import Path
 
+import torch
+from tensordict import TensorDict
+
+from rl_lightning import keys
 from rl_lightning.envs import CartPole
-from tests.fault_envs import StepHookCartPole
+from tests.fault_envs import FaultyCartPole, StepHookCartPole
 
 
 class HangOnceCartPole(StepHookCartPole):
@@ -46,3 +51,53 @@ class LockedCartPole(CartPole):
     def __init__(self) -> None:
         super().__init__()
         self.lock = threading.Lock()
+
+
+class LivesCartPole(CartPole):
+    """The torch CartPole played as games of ``lives`` episodes, as an Atari preset reports them: each episode is a
+    life, and the step that ends a game's last life says ``game_over`` with the game's score (the sum of its lives'
+    returns) in ``game_score``. One process's instance keeps each row's lives and score."""
+
+    def __init__(self, lives: int = 1) -> None:
+        super().__init__(max_episode_steps=30)
+        self.lives = lives
+        self._lives_left: torch.Tensor | None = None
+        self._score: torch.Tensor | None = None
+        self.game_scores: list[float] = []  # every game this instance ended, for a naive mean to compare with
+
+    def step_state(
+        self, state: TensorDict, action: torch.Tensor, generator: torch.Generator, inplace: bool = False
+    ) -> tuple[TensorDict, TensorDict]:
+        state, out = super().step_state(state, action, generator, inplace)
+        if self._lives_left is None:
+            self._lives_left = torch.full(action.shape, self.lives)
+            self._score = torch.zeros(action.shape)
+        done = out[keys.TERMINATED] | out[keys.TRUNCATED]
+        self._score += out[keys.REWARD]
+        self._lives_left -= done.long()
+        over = self._lives_left == 0
+        out[keys.GAME_OVER] = over
+        out[keys.GAME_SCORE] = torch.where(over, self._score, torch.zeros_like(self._score))
+        self.game_scores.extend(self._score[over].tolist())
+        self._score = torch.where(over, torch.zeros_like(self._score), self._score)
+        self._lives_left = torch.where(over, torch.full_like(self._lives_left, self.lives), self._lives_left)
+        return state, out
+
+
+class HangInCloseCartPole(FaultyCartPole):
+    """The torch CartPole whose ``fail_at``-th step raises and whose ``close`` then hangs for an hour (a simulator
+    wedged by its own crash): the error must reach the learner before the actor tries to close it."""
+
+    def close(self) -> None:
+        time.sleep(3600)
+
+
+class SlowCartPole(StepHookCartPole):
+    """The torch CartPole sleeping ``step_s`` before every step: a rollout long enough to publish weights during it."""
+
+    def __init__(self, step_s: float = 0.1) -> None:
+        super().__init__()
+        self.step_s = step_s
+
+    def before_step(self, calls: int) -> None:
+        time.sleep(self.step_s)

@@ -217,17 +217,17 @@ def test_episode_means_over_actors_weigh_each_actor_by_its_finished_episodes():
     from rl_lightning.data.actors.pool import episode_means, episode_sums
 
     nan = float("nan")
-    actors = [
-        {"episode_return": 10.0, "episode_length": 5.0, "episodes": 1.0},
-        {"episode_return": 20.0, "episode_length": 9.0, "game_score": 4.0, "episodes": 3.0},
-        {"episode_return": nan, "episode_length": nan, "episodes": 0.0},  # finished nothing in this rollout
+    actors = [  # {stat: (mean, how many episodes or games stand behind it)}
+        {"episode_return": (10.0, 1.0), "episode_length": (5.0, 1.0)},
+        {"episode_return": (20.0, 3.0), "episode_length": (9.0, 3.0), "game_score": (4.0, 1.0)},
+        {"episode_return": (nan, 0.0), "episode_length": (nan, 0.0)},  # finished nothing in this rollout
+        {"episode_return": (1.0, 4.0), "episode_length": (2.0, 4.0), "game_score": (10.0, 2.0)},  # 2 games, 4 lives
     ]
     means = episode_means(episode_sums(actors))
-    finished = [10.0, 20.0, 20.0, 20.0]  # the four episodes one by one
-    assert means["rollout/episode_return"] == pytest.approx(sum(finished) / 4)
-    assert means["rollout/episode_length"] == pytest.approx((5 + 3 * 9) / 4)
-    assert means["rollout/game_score"] == pytest.approx(4.0)
-    assert "rollout/episodes" not in means
+    finished = [10.0, 20.0, 20.0, 20.0, 1.0, 1.0, 1.0, 1.0]  # the eight episodes one by one
+    assert means["rollout/episode_return"] == pytest.approx(sum(finished) / 8)
+    assert means["rollout/episode_length"] == pytest.approx((5 + 3 * 9 + 4 * 2) / 8)
+    assert means["rollout/game_score"] == pytest.approx((4.0 + 2 * 10.0) / 3)  # per game, not per life
     idle = episode_means(episode_sums([actors[2]]))
     assert idle["rollout/episode_return"] != idle["rollout/episode_return"]  # NaN, as the serial path logs it
 

@@ -36,6 +36,9 @@ class CollectorBase:
         self.games = FinishedGames(device)
         self._game_steps: list[tuple[torch.Tensor, torch.Tensor]] = []  # (game_score, game_over) not yet summed
         self.last_collect_seconds = 0.0
+        #: How many episodes (games, hands) stand behind each mean of the last ``episode_stats`` call, the weight of
+        #: that mean in an average over actors or ranks (a game of four lives counts once in ``game_score``).
+        self.stat_counts: dict[str, torch.Tensor] = {}
         self._forget_views()
 
     @property
@@ -45,13 +48,16 @@ class CollectorBase:
     def episode_stats(self) -> dict[str, torch.Tensor]:
         """Mean return/length of episodes finished since the last call (NaN if none), synced over ranks; under an
         Atari preset also ``game_score``, the mean raw score of the whole games finished since then."""
+        count = self.finished.count()
         stats = self.finished.compute()
         self.finished.reset()
+        self.stat_counts = dict.fromkeys(stats, count)
         if self._game_steps:  # Atari presets: the whole games' raw scores (``rollout/game_score``)
             scores, over = zip(*self._game_steps, strict=True)
             self._game_steps.clear()
             self.games.update(torch.stack(scores), torch.stack(over))  # one metric update, not one per step
             stats.update(self.games.compute())
+            self.stat_counts["game_score"] = self.games.count()
             self.games.reset()
         return stats
 

@@ -71,6 +71,10 @@ class FinishedGames:
         """``game_score``: the mean since the last ``reset`` (NaN when no game ended)."""
         return {"game_score": self._sums["score"].compute() / self._sums["count"].compute()}
 
+    def count(self) -> torch.Tensor:
+        """Games finished since the last ``reset`` (synced over ranks)."""
+        return self._sums["count"].compute()
+
     def reset(self) -> None:
         for metric in self._sums.values():
             metric.reset()

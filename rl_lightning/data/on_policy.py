@@ -82,6 +82,8 @@ class OnPolicyDataModule(pl.LightningDataModule):
             between the weights that collected a rollout and those it updates (PPO at lag 1 is APPO-like: the ratio
             uses the behaviour log-probs stored with the data). A rollout staler than this is dropped (never used;
             its env steps still count) rather than waited for: a stale update would change the algorithm silently.
+            Rollouts an actor finished before it failed are kept and used in turn; only the one it was collecting is
+            lost (``actors/lost_rollouts``; its env steps are not counted, so the budget is still met exactly).
         actor_max_failures: with actors: failures of one actor in a row (its env raised, it died, it hung) that stop
             the run with a checkpoint and one line naming the env and the error; fewer are restarted with the newest
             weights and a fresh seed.
@@ -158,6 +160,10 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self._env_seed: int | None = None  # the rank's first env seed, known at setup
         self.world_size = 1
         self.local_env_steps = 0
+        # What ``local_env_steps × world_size`` misses of the ranks' true total when ranks collected unequal amounts
+        # (actors: a rank dropped a stale rollout, whose env steps count); summed collectively, so every rank holds
+        # the same ``env_steps`` and stops at the same update.
+        self._env_steps_skew = 0
         self.collector: Collector | None = None
         self.last_rollout: Rollout | None = None
         self._restored: dict[str, Any] | None = None
@@ -170,8 +176,8 @@ class OnPolicyDataModule(pl.LightningDataModule):
 
     @property
     def env_steps(self) -> int:
-        """Env steps collected so far, summed over ranks."""
-        return self.local_env_steps * self.world_size
+        """Env steps collected so far, summed over ranks (the same on every rank)."""
+        return self.local_env_steps * self.world_size + self._env_steps_skew
 
     @property
     def budget_env_steps(self) -> int:
@@ -285,14 +291,18 @@ class OnPolicyDataModule(pl.LightningDataModule):
             self.selfplay.before_rollout(module)  # the learner's league, checkpointed; the actors keep mirrors
         self.actors.publish(module.state_dict(), module.policy_version)
         gathered = self.actors.next_rollout(module.policy_version)
+        counted = gathered.env_steps * self.world_size
+        if self.world_size > 1:  # one collective per update: every rank's env steps and finished episodes
+            per_rank = _gather_per_rank((gathered.env_steps, gathered.episode_sums), self.world_size)
+            counted = sum(steps for steps, _ in per_rank)
+            gathered.stats.update(episode_means(_merge_sums([sums for _, sums in per_rank])))
         self.local_env_steps += gathered.env_steps
-        if self.world_size > 1:  # episode means over every rank's finished episodes, as the serial path logs them
-            gathered.stats.update(episode_means(_merge_sums(_gather_per_rank(gathered.episode_sums, self.world_size))))
+        self._env_steps_skew += counted - gathered.env_steps * self.world_size
         stats = {name: torch.tensor(value) for name, value in gathered.stats.items()}
         now = time.perf_counter()
         if self._last_update_end is not None:
             elapsed = max(now - self._last_update_end, 1e-9)
-            stats["perf/env_sps"] = torch.tensor(gathered.env_steps * self.world_size / elapsed)
+            stats["perf/env_sps"] = torch.tensor(counted / elapsed)
         self._last_update_end = now
         return gathered.batch.to(module.device), stats
 
@@ -316,7 +326,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         return stats
 
     def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"local_env_steps": self.local_env_steps}
+        state: dict[str, Any] = {"local_env_steps": self.local_env_steps, "env_steps": self.env_steps}
         if self.num_actors:  # actors hold nothing a resume needs but their seeds: start past the ones used
             used = self.actors.generation + 1 if self.actors is not None else self._actor_generation
             state["actor_generation"] = max(_gather_per_rank(used, self.world_size))
@@ -335,6 +345,9 @@ class OnPolicyDataModule(pl.LightningDataModule):
 
     def _apply_state(self, state: dict[str, Any]) -> None:
         self.local_env_steps = int(state.get("local_env_steps", 0))
+        self._env_steps_skew = int(state.get("env_steps", self.local_env_steps * self.world_size)) - (
+            self.local_env_steps * self.world_size
+        )
         if self.selfplay is not None and self.trainer is not None:
             self.selfplay.load_state_dict(state.get("league"), self.trainer.lightning_module)
         if self.collector is None:  # actors: they start afresh, past the seeds used before (``actor_generation``)

@@ -13,9 +13,6 @@ from tensordict import TensorDict
 from rl_lightning.data.actors.split import SplitCollector
 from rl_lightning.envs.base import BatchedEnv
 
-#: The stats entry holding how many episodes an actor's rollout finished (the weight of its means).
-EPISODES = "episodes"
-
 
 class ActorCore:
     """Builds an actor from its ``ActorSpec`` and collects rollouts with the weights it is given.
@@ -70,8 +67,8 @@ class ActorCore:
 
         return acting
 
-    def collect(self) -> tuple[TensorDict, dict[str, float], float]:
-        """One rollout with the current weights: ``(batch, episode stats with their weight, collect seconds)``; in
+    def collect(self) -> tuple[TensorDict, dict[str, tuple[float, float]], float]:
+        """One rollout with the current weights: ``(batch, {stat: (mean, count behind it)}, collect seconds)``; in
         the spec's ``autocast_dtype`` where it has one (one autocast region per rollout: its cached low-precision
         weights are those just loaded)."""
         dtype = getattr(self.spec, "autocast_dtype", None)
@@ -81,9 +78,9 @@ class ActorCore:
             else:
                 self._policy = self.spec.recipe.policy(self.module, self.env)
                 batch = self.collector.rollout(self._acting, self.spec.num_steps, self.version)
-        episodes = float(self.collector.finished.count())  # the weight of this rollout's means; read before reset
-        stats = {name: float(value) for name, value in self.collector.episode_stats().items()}
-        stats[EPISODES] = episodes
+        means = self.collector.episode_stats()
+        counts = self.collector.stat_counts  # each mean's weight across actors: episodes, games or hands
+        stats = {name: (float(value), float(counts[name])) for name, value in means.items()}
         return batch, stats, self.collector.last_collect_seconds
 
     def _acting(self, obs: TensorDict, generator: torch.Generator) -> TensorDict:

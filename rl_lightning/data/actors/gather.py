@@ -3,6 +3,8 @@ error. ``ActorPool`` (processes on this machine) and ``RayActorPool`` (Ray actor
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,7 +12,6 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rl_lightning.data.actors.core import EPISODES
 from rl_lightning.data.actors.policy_factory import PolicyFactory
 from rl_lightning.data.actors.worker import ActorSpec
 from rl_lightning.errors import EnvError
@@ -19,8 +20,11 @@ from rl_lightning.learner_threads import mean_threads_since_last_read
 #: Seeds of a restarted actor move by this much per generation, far from every other actor's envs.
 GENERATION_STRIDE = 7_919_113
 
+#: An actor's episode stats of one rollout: ``{name: (mean, episodes behind it)}`` (``core.ActorCore.collect``).
+EpisodeStats = dict[str, tuple[float, float]]
+
 #: What the learner keeps of one rollout besides its batch: ``(policy version, episode stats, collect s, wait s)``.
-RolloutInfo = tuple[int, dict[str, float], float, float]
+RolloutInfo = tuple[int, EpisodeStats, float, float]
 
 
 @dataclass
@@ -67,7 +71,8 @@ class ActorRollout:
 
     Attributes:
         batch: ``[num_steps, num_envs]`` transitions, actor ``i``'s envs in columns ``i·n ... (i+1)·n - 1``.
-        env_steps: env steps this update accounts for (the rollout's, plus any collected whole but dropped).
+        env_steps: env steps this update accounts for on this rank: the rollout's, plus those of rollouts collected
+            whole but dropped as too stale (a rollout lost with a failed actor adds none: how far it got is unknown).
         stats: ``rollout/*`` means over the actors' finished episodes, and ``perf/*`` / ``actors/*`` figures.
         episode_sums: ``{name: (sum, episodes)}`` behind each ``rollout/*`` mean, for a mean over ranks.
     """
@@ -89,6 +94,20 @@ def actor_spec(
         index, generation, env, n, s.num_steps, env_seed, env_seed + 10_007, s.check_env, s.check_finite, policy,
         parent_pid, s.max_policy_lag, recipe, s.env_splits, s.autocast_dtype,
     )  # fmt: skip
+
+
+def announce_replacement(index: int, problem: str, restarts: int, kept: int) -> None:
+    """Say on the console, in one line, that actor ``index`` failed with ``problem`` and was replaced (the run goes
+    on: ``actors/restarts`` counts these, and the end of the run repeats the count)."""
+    rank = os.environ.get("LOCAL_RANK") if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
+    where = f" on rank {rank}" if rank is not None else ""
+    finished = f"; its {kept} finished rollout{'s' if kept != 1 else ''} kept" if kept else ""
+    print(
+        f"rl-lightning: actor {index}{where} replaced with fresh seeds (restart {restarts} of the run): "
+        f"{problem}{finished}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def failed_too_often(settings: PoolSettings, env: Any, index: int, failures: int, problem: str) -> EnvError:
@@ -113,18 +132,26 @@ class Gathering:
         self.since = time.perf_counter()
 
     def rollout(
-        self, parts: list[TensorDict], infos: list[RolloutInfo], stale: int, restarts: int, dropped: int, start: float
+        self,
+        parts: list[TensorDict],
+        infos: list[RolloutInfo],
+        stale: int,
+        restarts: int,
+        dropped: int,
+        start: float,
+        lost: int = 0,
     ) -> ActorRollout:
         """The update's rollout from ``parts`` (actor order) and their ``infos``; ``stale`` rollouts were collected
-        whole but dropped (their env steps count); ``start`` is when the learner began waiting for them."""
+        whole but dropped since the last update (their env steps count); ``start`` is when the learner began waiting
+        for them; ``restarts``, ``dropped`` and ``lost`` (rollouts lost with failed actors) are the run's totals."""
         now = time.perf_counter()
         self.learner_wait += now - start
         batch = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
         sums = episode_sums([stats for _, stats, _, _ in infos])
-        stats = {**episode_means(sums), **self._perf(infos, now, restarts, dropped)}
+        stats = {**episode_means(sums), **self._perf(infos, now, restarts, dropped, lost)}
         return ActorRollout(batch, (len(parts) + stale) * self.per_rollout, stats, sums)
 
-    def _perf(self, infos: list[RolloutInfo], now: float, restarts: int, dropped: int) -> dict[str, float]:
+    def _perf(self, infos: list[RolloutInfo], now: float, restarts: int, dropped: int, lost: int) -> dict[str, float]:
         collect = [collect_s for _, _, collect_s, _ in infos]
         busy = [collect_s / max(collect_s + wait_s, 1e-9) for _, _, collect_s, wait_s in infos]
         elapsed = max(now - self.since, 1e-9)
@@ -134,6 +161,7 @@ class Gathering:
             "perf/learner_busy": 1.0 - self.learner_wait / elapsed,
             "actors/restarts": float(restarts),
             "actors/dropped_rollouts": float(dropped),
+            "actors/lost_rollouts": float(lost),
         }
         threads = mean_threads_since_last_read()
         if threads is not None:  # data.borrow_idle_actor_cores: the learner's mean intra-op threads per step
@@ -142,14 +170,14 @@ class Gathering:
         return result
 
 
-def episode_sums(stats: list[dict[str, float]]) -> dict[str, tuple[float, float]]:
-    """``{name: (sum, episodes)}`` over actors' episode means, each weighted by the episodes behind it (an actor
-    that finished none reports NaN and weighs 0)."""
+def episode_sums(stats: list[EpisodeStats]) -> dict[str, tuple[float, float]]:
+    """``{name: (sum, count)}`` over actors' episode means, each weighted by its own count: episodes for the return
+    and length, whole games for ``game_score`` (one Atari game is several one-life episodes), hands for
+    ``points_per_hand``; a mean with nothing behind it (NaN, count 0) weighs nothing."""
     sums: dict[str, tuple[float, float]] = {}
     for entry in stats:
-        weight = entry.get(EPISODES, 0.0)
-        for name, value in entry.items():
-            if name != EPISODES and value == value and weight > 0:
+        for name, (value, weight) in entry.items():
+            if value == value and weight > 0:
                 total, count = sums.get(name, (0.0, 0.0))
                 sums[name] = (total + value * weight, count + weight)
     return sums

@@ -24,6 +24,7 @@ from rl_lightning.data.actors.gather import (
     PoolSettings,
     RolloutInfo,
     actor_spec,
+    announce_replacement,
     episode_means,
     episode_sums,
     failed_too_often,
@@ -44,13 +45,24 @@ __all__ = ["GENERATION_STRIDE", "ActorPool", "ActorRollout", "PoolSettings", "ep
 
 
 @dataclass
+class _Finished:
+    """A rollout an actor finished and the learner has not taken yet: its slot's data and ``RolloutInfo``."""
+
+    slot: int
+    data: TensorDict  # the shared slot itself: it stays valid after the actor that wrote it died
+    generation: int  # of the actor that collected it: only that actor gets the slot back
+    info: RolloutInfo
+
+
+@dataclass
 class _Actor:
     spec: ActorSpec
     process: Any
     pipe: Any
     slots: list[TensorDict] | None = None
-    waiting: deque[tuple[int, int, dict[str, float], float, float]] = field(default_factory=deque)
+    waiting: deque[_Finished] = field(default_factory=deque)  # finished rollouts, oldest first
     failures_in_a_row: int = 0
+    free_slots: int = 0  # slots handed to it that it has not announced as filled: > 0 means it is collecting
 
 
 #: What the fork server imports before it forks any actor.
@@ -62,10 +74,13 @@ class ActorPool:
 
     Every update the learner calls ``publish`` (new weights, when its version moved) and ``next_rollout`` (one
     rollout from each actor, concatenated along the env axis, so an update sees the same ``[T, num_envs]`` batch as
-    the serial path). A rollout that lags more than ``max_policy_lag`` versions is dropped and counted; an actor
-    that raises, dies or stops beating is replaced with the newest weights and the next seed generation, and
-    ``max_failures`` failures of one actor in a row raise an ``EnvError`` naming the env and its error. ``close``
-    (also at interpreter exit) stops the actors, joins them and kills any straggler by pid.
+    the serial path). A rollout that lags more than ``max_policy_lag`` versions is dropped and counted
+    (``dropped_rollouts``: collected whole, so its env steps count); an actor that raises, dies or stops beating is
+    replaced with the newest weights and the next seed generation, says so in one line on the console, and keeps
+    the rollouts it had finished (they are used in turn, the lag check still applies); only the rollout it was
+    collecting is lost (``lost_rollouts``: no env steps counted). ``max_failures`` failures of one actor in a row
+    raise an ``EnvError`` naming the env and its error. ``close`` (also at interpreter exit) stops the actors,
+    joins them and kills any straggler by pid.
 
     Args:
         settings: the datamodule's actor settings.
@@ -103,10 +118,11 @@ class ActorPool:
         self.generation = settings.seed_generation
         self.restarts = 0
         self.dropped_rollouts = 0
+        self.lost_rollouts = 0
         self.actors: list[_Actor] = []
         self._closed = False
         self._gathering = Gathering(settings)
-        weakref.finalize(self, ActorPool._kill_all, self._pids)  # runs at exit too, should close() be skipped
+        self._finalizer = weakref.finalize(self, ActorPool._kill_all, self._pids)  # at exit, should close() be skipped
         for index in range(settings.num_actors):
             self.actors.append(self._start(index))
         if settings.borrow_idle_cores:
@@ -133,7 +149,7 @@ class ActorPool:
             self._pids[index] = process.pid
         else:
             self._pids.append(process.pid)
-        return _Actor(spec, process, learner_end)
+        return _Actor(spec, process, learner_end, free_slots=s.max_policy_lag)
 
     @property
     def pids(self) -> list[int]:
@@ -147,13 +163,16 @@ class ActorPool:
         old.process.join(JOIN_TIMEOUT_S)
         old.pipe.close()
         failures = old.failures_in_a_row + 1
-        self.dropped_rollouts += len(old.waiting)
+        if old.free_slots > 0:  # it had a free slot: it was collecting into it (or about to)
+            self.lost_rollouts += 1  # how far it got is unknown: no env steps are counted for it
         if failures >= self.settings.max_failures:
             raise failed_too_often(self.settings, self.env, index, failures, problem)
         self.generation += 1
         self.restarts += 1
+        announce_replacement(index, problem, self.restarts, len(old.waiting))
         fresh = self._start(index, self.generation)
         fresh.failures_in_a_row = failures
+        fresh.waiting = old.waiting  # finished whole before it failed: still good data
         self.actors[index] = fresh
 
     def _check_health(self) -> None:
@@ -184,9 +203,12 @@ class ActorPool:
 
     # ----- data ---------------------------------------------------------------------------------------------
     def publish(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
-        """Make the learner's weights of ``version`` the ones every actor collects its next rollout with."""
-        if version != self.weights.version:
-            self.weights.publish(state_dict, version)
+        """Make the learner's weights of ``version`` the ones every actor collects its next rollout with.
+
+        An unchanged version is sent again when its tensors moved all the same (acting buffers such as SPO's
+        observation normaliser, updated by ``process_rollout`` before any gradient step): the actors act with them,
+        and their rollouts keep the tag ``version`` (the lag counts gradient steps, ``SharedWeights``)."""
+        self.weights.publish(state_dict, version)
 
     def next_rollout(self, learner_version: int) -> ActorRollout:
         """Wait for one rollout from every actor, no more than ``max_policy_lag`` versions behind
@@ -202,21 +224,22 @@ class ActorPool:
         stale = self.dropped_rollouts - dropped_before  # collected whole: their env steps count
         if self.settings.borrow_idle_cores:
             follow_actors(step=False)  # the actors collect again: the update starts on the learner's own threads
-        return self._gathering.rollout(parts, infos, stale, self.restarts, self.dropped_rollouts, start)
+        return self._gathering.rollout(
+            parts, infos, stale, self.restarts, self.dropped_rollouts, start, lost=self.lost_rollouts
+        )
 
     def _take(self, index: int, learner_version: int) -> tuple[TensorDict, RolloutInfo]:
         """Actor ``index``'s oldest fresh-enough rollout, cloned out of its slot (which is then free again)."""
         while True:
             actor = self.actors[index]
             if actor.waiting:
-                slot, version, stats, collect_s, wait_s = actor.waiting.popleft()
-                assert actor.slots is not None
-                batch = actor.slots[slot].clone()
-                actor.pipe.send(slot)
-                self.idle[index] = 0  # it collects again from now on (it clears the flag itself once it wakes)
+                finished = actor.waiting.popleft()
+                batch = finished.data.clone()
+                self._free(actor, finished)
+                version = finished.info[0]
                 if learner_version - version <= self.settings.max_policy_lag:
                     actor.failures_in_a_row = 0
-                    return batch, (version, stats, collect_s, wait_s)
+                    return batch, finished.info
                 self.dropped_rollouts += 1  # too stale for the update: its env steps still count
                 continue
             with learner_waiting():  # background work of the learner (GameEvaluation) may run meanwhile
@@ -226,15 +249,31 @@ class ActorPool:
             stop.check()  # SIGTERM / Ctrl+C: the learner stops here; close() then ends the actors
             self._check_health()
 
+    def _free(self, actor: _Actor, finished: _Finished) -> None:
+        """Hand ``finished``'s slot back to the actor that wrote it, unless that actor is gone (a rollout kept from a
+        replaced actor: the new one has slots of its own). A pipe broken by an actor that just died is left to the
+        health check, which replaces it."""
+        if finished.generation != actor.spec.generation or not actor.process.is_alive():
+            return  # a dead actor's pipe may still take the message (its end can outlive it): nobody would read it
+        self.idle[actor.spec.index] = 0  # it collects again from now on (it clears the flag itself once it wakes)
+        try:
+            actor.pipe.send(finished.slot)
+        except OSError:  # BrokenPipeError: it died since; _check_health replaces it
+            return
+        actor.free_slots += 1
+
     def _handle(self, message: tuple[Any, ...]) -> None:
         kind, index, generation = message[:3]
         actor = self.actors[index]
         if generation != actor.spec.generation:
-            return  # from an actor already replaced: its rollout is lost (counted when it was replaced)
+            return  # from an actor already replaced (its pipe closed: nothing arrives once it is)
         if kind == "slots":
             actor.slots = message[3]
         elif kind == "rollout":
-            actor.waiting.append(message[3:])
+            slot, info = message[3], tuple(message[4:])
+            assert actor.slots is not None, "a rollout before its slots"
+            actor.waiting.append(_Finished(slot, actor.slots[slot], generation, info))  # type: ignore[arg-type]
+            actor.free_slots -= 1
         elif kind == "error":
             self._replace(index, message[3])
 
@@ -254,6 +293,7 @@ class ActorPool:
         for actor in self.actors:
             actor.process.join(JOIN_TIMEOUT_S)
             actor.pipe.close()
+        self._finalizer.detach()  # every actor is joined: a pid reused after this is not ours to kill at exit
 
     @staticmethod
     def _kill_all(pids: list[int]) -> None:

@@ -80,6 +80,11 @@ class SplitCollector:
         """Both groups' finished episodes (their sums are shared), as ``Collector.episode_stats``."""
         return self.groups[0].episode_stats()
 
+    @property
+    def stat_counts(self) -> dict[str, torch.Tensor]:
+        """The counts behind the last ``episode_stats`` means (``CollectorBase.stat_counts``)."""
+        return self.groups[0].stat_counts
+
     def close(self) -> None:
         self._stepper.shutdown(wait=True)  # a step still running finishes before its env is closed
         for group in self.groups:

@@ -105,45 +105,50 @@ def actor_main(spec: ActorSpec, channels: ActorChannels) -> None:
     if not pid_alive(spec.parent_pid):  # the learner, not the parent: under the fork server the two differ
         return
     torch.set_num_threads(1)
+    core: ActorCore | None = None
+    failed = False
     try:
-        _collect_until_stopped(spec, channels)
+        core = ActorCore(spec, lambda: _beat(channels, spec.index))
+        _collect_until_stopped(core, spec, channels)
+    except _Stopped:
+        pass
     except BaseException as err:  # noqa: BLE001 - every failure is reported to the learner, then the actor exits
+        failed = True
         with contextlib.suppress(OSError):  # the learner may be gone already
             channels.pipe.send(("error", spec.index, spec.generation, describe_error(err, spec)))
-        raise SystemExit(1) from None
-
-
-def _collect_until_stopped(spec: ActorSpec, channels: ActorChannels) -> None:
-    heartbeat, index = channels.heartbeat, spec.index
-
-    def beat() -> None:
-        heartbeat[index] = now()
-
-    core = ActorCore(spec, beat)
-    slots = None
-    try:
-        while True:
-            waited = time.perf_counter()
-            channels.idle[index] = 1
-            slot = _wait(channels.pipe.recv, spec, channels, ready=lambda: channels.pipe.poll(POLL_S))
-            channels.idle[index] = 0
-            newer = channels.weights.read_into(core.weights, core.version)
-            while newer is None and core.version < 0:  # the very first weights
-                _wait(lambda: None, spec, channels, ready=lambda: time.sleep(POLL_S) is None)
-                newer = channels.weights.read_into(core.weights, core.version)
-            if newer is not None:
-                core.loaded(newer)
-            wait_s = time.perf_counter() - waited
-            batch, stats, collect_s = core.collect()
-            if slots is None:  # the layout is known after the first rollout: share it once
-                slots = [batch.clone().share_memory_() for _ in range(spec.num_slots)]
-                channels.pipe.send(("slots", index, spec.generation, slots))
-            slots[slot].update_(batch)
-            channels.pipe.send(("rollout", index, spec.generation, slot, core.version, stats, collect_s, wait_s))
-    except _Stopped:
-        return
     finally:
-        core.close()
+        if core is not None:  # after the report: an env whose close() hangs cannot hide the error behind it
+            core.close()
+    if failed:
+        raise SystemExit(1)
+
+
+def _beat(channels: ActorChannels, index: int) -> None:
+    channels.heartbeat[index] = now()
+
+
+def _collect_until_stopped(core: ActorCore, spec: ActorSpec, channels: ActorChannels) -> None:
+    """Collect a rollout into each free slot the learner hands back, until told to stop (``_Stopped``)."""
+    index = spec.index
+    slots = None
+    while True:
+        waited = time.perf_counter()
+        channels.idle[index] = 1
+        slot = _wait(channels.pipe.recv, spec, channels, ready=lambda: channels.pipe.poll(POLL_S))
+        channels.idle[index] = 0
+        newer = channels.weights.read_into(core.weights, core.version)
+        while newer is None and core.version < 0:  # the very first weights
+            _wait(lambda: None, spec, channels, ready=lambda: time.sleep(POLL_S) is None)
+            newer = channels.weights.read_into(core.weights, core.version)
+        if newer is not None:
+            core.loaded(newer)
+        wait_s = time.perf_counter() - waited
+        batch, stats, collect_s = core.collect()
+        if slots is None:  # the layout is known after the first rollout: share it once
+            slots = [batch.clone().share_memory_() for _ in range(spec.num_slots)]
+            channels.pipe.send(("slots", index, spec.generation, slots))
+        slots[slot].update_(batch)
+        channels.pipe.send(("rollout", index, spec.generation, slot, core.version, stats, collect_s, wait_s))
 
 
 class _Stopped(Exception):
