@@ -187,6 +187,7 @@ class SelfPlayCollector(CollectorBase):
         if self.scores.updated:  # Hearts: points taken per hand (lower is better); other games: their score
             name = "points_per_hand" if getattr(self.env.env, "score_name", "") == "points" else "game_score"
             stats[name] = self.scores.compute()["episode_return"]
+            self.stat_counts[name] = self.scores.count()
             self.scores.reset()
         return stats
 
