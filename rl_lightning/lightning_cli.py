@@ -41,7 +41,8 @@ TRAINER_DEFAULTS: dict[str, Any] = {
     "num_sanity_val_steps": 0,
     "logger": {
         "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-        "init_args": {"save_dir": "runs", "name": "rl_lightning"},
+        # no ``hp_metric = -1`` placeholder tag: every curve here is logged at env steps, none is named hp_metric
+        "init_args": {"save_dir": "runs", "name": "rl_lightning", "default_hp_metric": False},
     },
 }
 

@@ -14,6 +14,7 @@ import gymnasium
 from rl_lightning.envs.gymnasium.atari import AtariPreset, game_name, import_ale
 from rl_lightning.envs.gymnasium.atari_wrappers import wrap_atari
 from rl_lightning.envs.gymnasium.env_id import resolve_env_id
+from rl_lightning.envs.gymnasium.mujoco_notices import quiet_gymnasium_mujoco_notices
 from rl_lightning.envs.gymnasium.wrappers import (
     ClassConfig,
     ClassSpec,
@@ -105,7 +106,8 @@ class EnvFactory:
         name = resolve_env_id(self.env_id)
         kwargs = self.env_kwargs if self.atari is None else {**self.env_kwargs, **self.atari.gym_kwargs()}
         try:
-            return gymnasium.make(name, **{**kwargs, **self._render_kwargs()})
+            with quiet_gymnasium_mujoco_notices(name):
+                return gymnasium.make(name, **{**kwargs, **self._render_kwargs()})
         except gymnasium.error.DependencyNotInstalled as err:
             hint = _install_hint(err)
             raise ConfigError(f"env_id={self.env_id!r} needs a package that is not installed: {hint}") from None
