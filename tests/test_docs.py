@@ -54,6 +54,7 @@ def test_every_extra_is_installed_the_same_way():
     texts = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *(ROOT / "docs").rglob("*.md")]
     texts = [path for path in texts if "incoming" not in path.parts]  # other branches' drafts, not yet published
     texts += [*(ROOT / "rl_lightning").rglob("*.py"), *(ROOT / "tests").glob("*.py")]
+    texts += [*(ROOT / "configs").rglob("*.yaml"), *(ROOT / "benchmarks").rglob("*.py")]  # the configs' comments
     odd = sorted(
         f"{path.relative_to(ROOT)}: {found}"
         for path in texts
@@ -61,3 +62,20 @@ def test_every_extra_is_installed_the_same_way():
         if not found.startswith('pip install -e ".[')
     )
     assert odd == [], "\n".join(odd)
+
+
+def _extras(command: str) -> list[str]:
+    """The extras of the one ``pip install -e ".[...]"`` in ``command``."""
+    (found,) = re.findall(r'pip install (?:-q )?-e "\.\[([^\]]*)\]"', command)
+    return sorted(found.split(","))
+
+
+def test_the_documented_test_commands_install_what_ci_installs():
+    """The README's test command left out the ``ray`` and ``docs`` extras that ``.ci/run`` installs: the Ray and
+    documentation-site tests skipped for a user who ran it as written."""
+    ci = _extras((ROOT / ".ci" / "run").read_text())
+    readme = next(line for line in (ROOT / "README.md").read_text().splitlines() if "python -m pytest" in line)
+    guide = (ROOT / "docs" / "getting-started.md").read_text()
+    guide_install = next(line for line in guide.splitlines() if line.startswith('pip install -e ".[dev'))
+    assert _extras(readme) == ci
+    assert _extras(guide_install) == ci

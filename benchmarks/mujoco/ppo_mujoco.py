@@ -8,7 +8,7 @@
     python benchmarks/mujoco/ppo_mujoco.py --sections throughput        # env steps/s per Gymnasium backend
     python benchmarks/mujoco/ppo_mujoco.py --sections speed,throughput --num-envs 8 --peer-python SB3_VENV/bin/python
 
-Needs ``pip install rl_lightning[mujoco]``. Each learning run is ``python -m rl_lightning.cli fit --config
+Needs ``pip install -e ".[mujoco]"``. Each learning run is ``python -m rl_lightning.cli fit --config
 configs/ppo_halfcheetah.yaml --seed_everything S`` with the config's own callbacks (deterministic evaluation of
 whole episodes with raw returns every 50k env steps), logging to ``OUT/ppo_halfcheetah/seedS``; the tables are
 read back with TensorBoard's ``EventAccumulator``, as a user would see the curves.

@@ -54,6 +54,7 @@ class BC(PPO):
     """
 
     family = "bc"
+    supports_actor_processes = False  # nothing to collect: BC reads recorded rows (PPO's True is not inherited)
 
     def __init__(
         self,

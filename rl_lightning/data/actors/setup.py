@@ -98,7 +98,18 @@ def _check_env_splits(datamodule: Any) -> None:
 
 def _unsupported(datamodule: Any, module: Any) -> str:
     if not getattr(module, "supports_actor_processes", False):
-        return f"{type(module).__name__} does not collect in actor processes yet (PPO and RecurrentPPO do)"
+        # The package's modules that do, read off their classes: every loaded subclass of the class that declares
+        # the flag (RLModule), the package's own only (importing any algorithm imports them all).
+        mro = type(module).__mro__
+        todo = [next((cls for cls in reversed(mro) if "supports_actor_processes" in vars(cls)), type(module))]
+        able: set[str] = set()
+        while todo:
+            cls = todo.pop()
+            todo.extend(cls.__subclasses__())
+            if getattr(cls, "supports_actor_processes", False) and cls.__module__.startswith("rl_lightning."):
+                able.add(cls.__name__)
+        who = f" ({', '.join(sorted(able))} do)" if able else ""
+        return f"{type(module).__name__} does not collect in actor processes yet{who}"
     if datamodule.compile:
         return "data.compile (the fused rollout step) runs in the learner only"
     return ""
