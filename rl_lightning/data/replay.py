@@ -109,6 +109,13 @@ class ReplayRing:
             return []
         return list(self._storage.values(include_nested=True, leaves_only=True))
 
+    def newest(self) -> TensorDict | None:
+        """The last time row written, ``[num_envs]``, as views of the storage (writing them edits the ring);
+        ``None`` while the ring is empty."""
+        if self._storage is None or self.size == 0:
+            return None
+        return self._storage[(self.head - 1) % self.capacity]
+
     def add(self, batch: TensorDict) -> None:
         """Write ``T`` time rows at the head, wrapping around the end of the storage.
 

@@ -8,8 +8,10 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rl_lightning.data.on_policy import OnPolicyDataModule, Rollout, _gather_per_rank, _require_positive
+from rl_lightning import keys
+from rl_lightning.data.on_policy import Rollout, _gather_per_rank, _require_positive
 from rl_lightning.data.replay import ReplayRing
+from rl_lightning.data.seed_generations import SeedGenerations
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.errors import ConfigError
 
@@ -30,7 +32,7 @@ class ReplayUpdate:
     stats: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-class ReplayDataModule(OnPolicyDataModule):
+class ReplayDataModule(SeedGenerations):
     """Owns the envs, the collector and a ``ReplayRing``; its iterable yields one ``ReplayUpdate`` per update.
 
     Each ``next()`` collects ``rollout_length`` steps in every env with the module's acting policy (SPO: SMC
@@ -181,6 +183,7 @@ class ReplayDataModule(OnPolicyDataModule):
             rollout = self.collector.rollout(policy, self.rollout_length, module.policy_version)
             self.local_env_steps += self.rollout_size
         rollout = module.process_rollout(rollout)
+        self._cut_joined_episodes(rollout)
         self.replay.add(rollout)
         ready = self.replay.size >= self.sequence_length and self.env_steps >= self.learning_starts
         batches = None
@@ -193,6 +196,19 @@ class ReplayDataModule(OnPolicyDataModule):
         if batches is not None:
             self.last_rollout = Rollout(batches, update.stats)  # what FailFast saves to replay a bad update
         return update
+
+    def _cut_joined_episodes(self, rollout: TensorDict) -> None:
+        """Mark ``truncated`` the ring's newest row of every env where ``rollout`` starts a fresh episode although
+        that row ended none: a replaced actor's first rows (or a resume that restarted the envs) follow an unrelated,
+        unfinished episode in the same column. GAE(λ) stops only at ``terminated | truncated``: without the mark the
+        critic's targets would run on into the next episode; with it they bootstrap from the row's ``final_obs``, as
+        at a time-limit cut. Device ops only."""
+        assert self.replay is not None
+        newest = self.replay.newest()
+        if newest is None or keys.IS_FIRST not in rollout.keys():  # noqa: SIM118 - TensorDict has no ``in``
+            return
+        joined = rollout[keys.IS_FIRST][0] & ~(newest[keys.TERMINATED] | newest[keys.TRUNCATED])
+        newest[keys.TRUNCATED].logical_or_(joined)
 
     def _stats(self, actor_stats: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         assert self.replay is not None
