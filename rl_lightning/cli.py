@@ -65,7 +65,11 @@ def main(args: Sequence[str] | None = None) -> None:
             SUBCOMMANDS[argv[0]].main(argv[1:])
         else:  # only fit/validate/test poll the stop request; the other commands keep Python's signal defaults
             with stop.signals_request_stop():
-                cli_main(args, plugged={name: SUBCOMMAND_HELP.get(name, "") for name in SUBCOMMANDS})
+                try:
+                    cli_main(args, plugged={name: SUBCOMMAND_HELP.get(name, "") for name in SUBCOMMANDS})
+                except SIGTERMException as err:  # Lightning raises its own when a SIGTERM followed a Ctrl+C
+                    err.signum = stop.requested() or getattr(err, "signum", signal.SIGTERM)  # the first one wins
+                    raise
         close_process_group()
     except SIGTERMException as err:  # SIGTERM or a first Ctrl+C: raised by ``stop.check()`` or at an update boundary
         signum = getattr(err, "signum", signal.SIGTERM)

@@ -82,11 +82,14 @@ class SignalAfterUpdates(Callback):
     Args:
         signum: the signal number (``2`` SIGINT, ``15`` SIGTERM).
         updates: the update after which to send it.
+        then: a second signal sent right after the first (a scheduler's SIGTERM after a user's Ctrl+C).
     """
 
-    def __init__(self, signum: int = 2, updates: int = 1) -> None:
-        self.signum, self.updates = signum, updates
+    def __init__(self, signum: int = 2, updates: int = 1, then: int | None = None) -> None:
+        self.signum, self.updates, self.then = signum, updates, then
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if pl_module.updates == self.updates:
             signal.raise_signal(self.signum)
+            if self.then is not None:
+                signal.raise_signal(self.then)
