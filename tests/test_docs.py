@@ -79,3 +79,13 @@ def test_the_documented_test_commands_install_what_ci_installs():
     guide_install = next(line for line in guide.splitlines() if line.startswith('pip install -e ".[dev'))
     assert _extras(readme) == ci
     assert _extras(guide_install) == ci
+
+
+def test_the_metrics_guide_says_why_ppo_kl_and_clipping_read_higher_at_policy_lag_1():
+    """``train/approx_kl`` 0.112 against 0.019 serially looked alarming and the guide did not say that the ratio is
+    taken against the behaviour policy, one version older than the learner at lag 1."""
+    guide = (ROOT / "docs" / "guides" / "metrics.md").read_text()
+    section = guide.split("### PPO's `train/approx_kl` and `train/clip_fraction` at policy lag 1", 1)[1]
+    section = " ".join(section.split("\n## ", 1)[0].split())
+    for said in ("**behaviour policy**", "one version older", "target_kl", "Decoupled PPO", "V-trace"):
+        assert said in section, said
