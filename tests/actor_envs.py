@@ -101,3 +101,18 @@ class SlowCartPole(StepHookCartPole):
 
     def before_step(self, calls: int) -> None:
         time.sleep(self.step_s)
+
+
+class RaisesOnceCartPole(StepHookCartPole):
+    """The torch CartPole whose ``fail_at``-th step raises in the first process to get there (it leaves ``marker``
+    behind): a user's env with one bad step, which a replacement actor does not meet again."""
+
+    def __init__(self, marker: str, fail_at: int = 40) -> None:
+        super().__init__()
+        self.marker = marker
+        self.fail_at = fail_at
+
+    def before_step(self, calls: int) -> None:
+        if calls == self.fail_at and not Path(self.marker).exists():
+            Path(self.marker).write_text("raised")
+            raise RuntimeError(f"contact solver diverged at call {calls}")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -12,6 +14,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from rl_lightning.callbacks import Evaluation
+from rl_lightning.child_processes import pid_alive
 from rl_lightning.cli import close_process_group
 from rl_lightning.lineage import weights_digest
 from tests.helpers import tiny_dreamer, tiny_ppo, tiny_spo, trainer
@@ -37,6 +40,23 @@ class Record(Callback):
         )
 
 
+class KillRankZeroActor(Callback):
+    """After update 1, once rank 0's actor has finished its next rollout, SIGKILL that actor: the rollout it leaves
+    is used, and both ranks go on counting the same global env steps."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        actors = trainer.datamodule.actors
+        if trainer.global_rank != 0 or pl_module.updates != 1:
+            return
+        deadline = time.monotonic() + 60
+        while not (actors.actors[0].pipe.poll() and int(actors.idle[0]) == 1) and time.monotonic() < deadline:
+            time.sleep(0.02)  # until its next rollout is written and announced
+        pid = actors.pids[0]
+        os.kill(pid, signal.SIGKILL)
+        while pid_alive(pid):
+            time.sleep(0.02)
+
+
 def _stored_obs_dtype(datamodule) -> str | None:
     """The replay ring's ``obs`` storage dtype (off-policy data modules only)."""
     replay = getattr(datamodule, "replay", None)
@@ -60,7 +80,7 @@ def main(out_dir: str, algo: str) -> None:
 
         _, dm = tiny_ppo(total_env_steps=64 * 2 * 3)
         module = RecurrentPPO(env_spec=dm.env_spec, core_size=8, hidden_sizes=(16,), update_epochs=2, num_minibatches=2)
-    elif algo == "ppo_actors":  # each rank collects in its own actor process (data.num_actors)
+    elif algo in ("ppo_actors", "ppo_actors_kill"):  # each rank collects in its own actor process (data.num_actors)
         module, dm = tiny_ppo(total_env_steps=64 * 2 * 3)
         dm.num_actors = 1
     else:  # 3 updates of 64 steps on each of 2 ranks; "ppo_norm": the digest covers the normaliser buffers
@@ -69,7 +89,8 @@ def main(out_dir: str, algo: str) -> None:
     record = Record()
     # Only the end-of-fit evaluation fires (every_n_updates beyond the run): it logs eval/* at epoch level.
     evaluation = Evaluation(every_n_updates=1_000, num_episodes=2, max_steps=50)
-    t = trainer(out_dir, callbacks=[record, evaluation], strategy="ddp", devices=2)
+    callbacks = [record, evaluation] + ([KillRankZeroActor()] if algo == "ppo_actors_kill" else [])
+    t = trainer(out_dir, callbacks=callbacks, strategy="ddp", devices=2)
     t.fit(module, dm)
     Path(out_dir, f"rank{t.global_rank}.json").write_text(json.dumps({"rows": record.rows, "updates": module.updates}))
     close_process_group()  # what the CLI does after a run: a live gloo group at exit can abort the process

@@ -113,13 +113,14 @@ def test_finished_rollouts_of_a_killed_actor_are_used_and_its_replacement_collec
     pool = _pool(env, module, num_actors=1, num_envs=4, num_steps=16, lag=2)
     try:
         pool.publish(module.state_dict(), 0)
-        _until(lambda: int(pool.idle[0]) == 1)  # both slots full: the learner receives two rollouts at once
+        actor = pool.actors[0]
+        _until(lambda: pool._receive(actor) and len(actor.waiting) == 2)  # both slots full, both announced
         first = pool.next_rollout(0)
-        assert len(pool.actors[0].waiting) == 1  # the second one waits with the learner
-        _until(lambda: int(pool.idle[0]) == 1)  # the third one is written and announced on the pipe
+        assert len(actor.waiting) == 1  # the second one waits with the learner
+        _until(actor.pipe.poll)  # the third one is written and announced on the pipe, not yet read
         dead = pool.pids[0]
         os.kill(dead, signal.SIGKILL)
-        _until(lambda: not pid_alive(dead))
+        _until(lambda: not pid_alive(dead) and not actor.process.is_alive())  # the pool knows it is dead too
         kept = [pool.next_rollout(0), pool.next_rollout(0)]
         fresh = [pool.next_rollout(0), pool.next_rollout(0)]
         assert pool.restarts == 1
@@ -189,7 +190,7 @@ def test_an_update_starts_on_the_learners_own_threads_after_borrowing_an_idle_ac
     pool = _pool(env, module, num_actors=1, num_envs=4, num_steps=8, borrow_idle_cores=True)
     try:
         pool.publish(module.state_dict(), 0)
-        _until(lambda: int(pool.idle[0]) == 1)
+        _until(lambda: pool.actors[0].pipe.poll() and int(pool.idle[0]) == 1)  # its rollout done, waiting for a slot
         follow_actors()  # an optimiser step while the actor waits: the learner borrows its core
         assert torch.get_num_threads() == 2
         pool.next_rollout(0)  # its slot is free again: it collects, so the core goes back

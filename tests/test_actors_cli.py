@@ -112,15 +112,38 @@ def _gone(pids: list[int], within_s: float = 10.0) -> bool:
     return not any(pid_alive(pid) for pid in pids)
 
 
-def test_an_actor_killed_mid_fit_is_replaced_and_the_fit_completes_its_budget(tmp_path):
+@pytest.mark.parametrize("lag", [1, 2])
+def test_an_actor_killed_mid_fit_is_replaced_and_the_fit_completes_its_budget(tmp_path, lag):
     budget = 60 * ROLLOUT
-    proc, actors = _start_and_mark(tmp_path, budget)
+    proc, actors = _start_and_mark(tmp_path, budget, "--data.init_args.max_policy_lag", str(lag))
     assert len(actors) == 1, actors
     os.kill(actors[0], signal.SIGKILL)
     _, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
-    assert _last_checkpoint(tmp_path, 0)["OnPolicyDataModule"]["local_env_steps"] == budget
+    saved = _last_checkpoint(tmp_path, 0)
+    assert saved["OnPolicyDataModule"]["local_env_steps"] == budget  # lost work is not counted: the exact budget
+    assert saved["rl_counters"]["updates"] == 60  # and every update of it
     assert _scalars(tmp_path, "actors/restarts")[-1] == 1.0
+    replaced = [line for line in err.splitlines() if " replaced with fresh seeds" in line]
+    assert len(replaced) == 1, err
+    assert "actor 0 " in replaced[0], replaced
+    assert "killed by SIGKILL" in replaced[0], replaced
+    assert "rl-lightning: actors: 1 replaced during the run" in err, err  # the end-of-run summary
+
+
+@pytest.mark.parametrize("lag", [1, 2])
+def test_a_users_env_that_raises_once_is_said_in_one_line_and_the_fit_completes_its_budget(tmp_path, lag):
+    env = {"class_path": "tests.actor_envs.RaisesOnceCartPole", "init_args": {"marker": str(tmp_path / "raised")}}
+    budget = 12 * ROLLOUT
+    extra = ["--data.init_args.env", json.dumps(env), "--data.init_args.max_policy_lag", str(lag)]
+    result = run_cli([*_args(tmp_path, budget, *extra)], tmp_path)
+    assert result.returncode == 0, result.stderr
+    replaced = [line for line in result.stderr.splitlines() if " replaced with fresh seeds" in line]
+    assert len(replaced) == 1, result.stderr
+    assert "RuntimeError: contact solver diverged at call 40" in replaced[0], replaced
+    saved = _last_checkpoint(tmp_path, 0)
+    assert saved["OnPolicyDataModule"]["local_env_steps"] == budget
+    assert saved["rl_counters"]["updates"] == 12
 
 
 def test_an_env_that_always_raises_stops_the_run_with_a_checkpoint_and_one_line(tmp_path):
@@ -207,11 +230,15 @@ def test_a_learner_borrowing_idle_actor_cores_runs_a_second_thread_while_its_act
         (["--data.init_args.num_actors", "8"], "data.num_actors=8 does not split data.num_envs=4"),
         (["--data.init_args.env", "tests.actor_envs.LockedCartPole"], "LockedCartPole cannot be pickled"),
         (["--data.init_args.actor_env_splits", "3"], "data.actor_env_splits=3: must be 1 (off) or 2"),
-        (["--data.init_args.num_actors", "0", "--data.init_args.borrow_idle_actor_cores", "true"],
-         "data.borrow_idle_actor_cores=true lends the learner the cores of idle actor processes, but "
-         "data.num_actors=0"),
-        (["--data.init_args.actor_backend", "ray", "--data.init_args.borrow_idle_actor_cores", "true"],
-         "Ray actors may run elsewhere: set data.actor_backend: processes"),
+        (
+            ["--data.init_args.num_actors", "0", "--data.init_args.borrow_idle_actor_cores", "true"],
+            "data.borrow_idle_actor_cores=true lends the learner the cores of idle actor processes, but "
+            "data.num_actors=0",
+        ),
+        (
+            ["--data.init_args.actor_backend", "ray", "--data.init_args.borrow_idle_actor_cores", "true"],
+            "Ray actors may run elsewhere: set data.actor_backend: processes",
+        ),
     ],
     ids=["lag", "actors-over-envs", "unpicklable-env", "env-splits", "borrow-without-actors", "borrow-on-ray"],
 )

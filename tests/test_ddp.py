@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
         "ppo",
         pytest.param("ppo_norm", marks=pytest.mark.slow),  # pooled stats over gloo ranks: test_normalizers
         "ppo_actors",
+        "ppo_actors_kill",  # rank 0's actor SIGKILLed after update 1: both ranks count the same env steps, 3 updates
         pytest.param("recurrent_ppo", marks=pytest.mark.slow),  # ~11 s each; the default run keeps one per datamodule
         "spo",
         "dreamer",
@@ -50,7 +51,10 @@ def test_ddp_two_cpu_processes(tmp_path, algo):
     if algo.startswith("dreamer"):
         assert all(row["stored_obs_dtype"] == expected_dtype for row in rank0["rows"] + rank1["rows"])
     per_update = 16 if algo.startswith("dreamer") else 128
-    assert [r["env_steps"] for r in rank0["rows"]] == [per_update, 2 * per_update, 3 * per_update]  # both ranks
+    for rank in (rank0, rank1):  # global env steps, the same on both ranks
+        assert [r["env_steps"] for r in rank["rows"]] == [per_update, 2 * per_update, 3 * per_update]
+    if algo == "ppo_actors_kill":
+        assert "rl-lightning: actor 0 on rank 0 replaced" in done.stderr, done.stderr[-3000:]
 
 
 def test_the_cli_closes_the_process_group_after_a_run(monkeypatch, tmp_path):

@@ -3,7 +3,6 @@ error. ``ActorPool`` (processes on this machine) and ``RayActorPool`` (Ray actor
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -99,8 +98,8 @@ def actor_spec(
 def announce_replacement(index: int, problem: str, restarts: int, kept: int) -> None:
     """Say on the console, in one line, that actor ``index`` failed with ``problem`` and was replaced (the run goes
     on: ``actors/restarts`` counts these, and the end of the run repeats the count)."""
-    rank = os.environ.get("LOCAL_RANK") if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
-    where = f" on rank {rank}" if rank is not None else ""
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    where = f" on rank {torch.distributed.get_rank()}" if distributed and torch.distributed.get_world_size() > 1 else ""
     finished = f"; its {kept} finished rollout{'s' if kept != 1 else ''} kept" if kept else ""
     print(
         f"rl-lightning: actor {index}{where} replaced with fresh seeds (restart {restarts} of the run): "

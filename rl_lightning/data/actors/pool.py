@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import time
 import weakref
 from collections import deque
@@ -182,7 +184,7 @@ class ActorPool:
             if not actor.process.is_alive():
                 self._receive(actor)  # its last words, if any, name the error
                 if self.actors[index] is actor:
-                    self._replace(index, f"actor process exited with code {actor.process.exitcode}")
+                    self._replace(index, _exit_cause(actor.process.exitcode))
                 continue
             beat = float(self.heartbeat[index])
             if beat == 0.0 and now - self._started[index] > STARTUP_TIMEOUT_S:
@@ -300,3 +302,11 @@ class ActorPool:
         for pid in pids:
             if pid is not None and pid_alive(pid):
                 kill_pid(pid)
+
+
+def _exit_cause(code: int | None) -> str:
+    """How an actor process ended, as the replacement line says it (``-9``: killed by SIGKILL)."""
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"actor process killed by {signal.Signals(-code).name}"
+    return f"actor process exited with code {code}"
