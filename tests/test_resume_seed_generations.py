@@ -67,17 +67,10 @@ def _first_rows(build: Callable[[int], tuple[Any, Any]], num_actors: int, state:
         dm.teardown("fit")
 
 
-_ON_POLICY_FIX = (
-    "on_policy.py (not this change's file): a serial checkpoint has no actor_generation (actors resume on generation "
-    "0, the serial run's seeds) and a serial resume of an actor checkpoint restarts its envs from data.seed; the fix "
-    "is the one rl_lightning/data/seed_generations.py gives the replay modules"
-)
-
-
 @pytest.mark.parametrize(
     "build",
     [
-        pytest.param(_on_policy, marks=pytest.mark.xfail(strict=True, reason=_ON_POLICY_FIX)),
+        _on_policy,
         _replay,
         _dreamer,
     ],

@@ -39,10 +39,9 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.data.actors.recipes import DreamerRecipe
-from rl_lightning.data.on_policy import Rollout, _gather_per_rank, _require_positive
+from rl_lightning.data.on_policy import OnPolicyDataModule, Rollout, _gather_per_rank, _require_positive
 from rl_lightning.data.ratio import Ratio
 from rl_lightning.data.replay import ReplayRing, check_sequence_replay
-from rl_lightning.data.seed_generations import SeedGenerations
 from rl_lightning.data.sequence_collector import SequenceCollector, stepping
 from rl_lightning.data.stream_handoff import StreamHandOff
 from rl_lightning.data.timing import PhaseTimer
@@ -67,7 +66,7 @@ class DreamerUpdate:
     stats: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-class DreamerDataModule(SeedGenerations):
+class DreamerDataModule(OnPolicyDataModule):
     """Owns the envs, the sequence collector, the ``ReplayRing`` and the ``Ratio`` scheduler of DreamerV3.
 
     Env steps are policy steps, counted as DreamerV3 counts them: one per env per tick, including the one reset

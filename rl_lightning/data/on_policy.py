@@ -13,12 +13,13 @@ import lightning.pytorch as pl
 import torch
 from tensordict import TensorDict
 
-from rl_lightning.data.actors.gather import episode_means
+from rl_lightning.data.actors.gather import GENERATION_STRIDE, episode_means
 from rl_lightning.data.actors.pool import ActorPool
 from rl_lightning.data.actors.setup import check_actor_config, start_pool
 from rl_lightning.data.collector import Collector
 from rl_lightning.data.fused_collector import FusedCollector
 from rl_lightning.data.fused_step import require_fusable
+from rl_lightning.data.seed_generations import generations_used
 from rl_lightning.data.selfplay import make_selfplay
 from rl_lightning.envs.base import BatchedEnv, EnvSpec, TorchEnv
 from rl_lightning.errors import ConfigError
@@ -157,7 +158,8 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self.actor_env_splits = actor_env_splits
         self.borrow_idle_actor_cores = borrow_idle_actor_cores
         self.actors: ActorPool | RayActorPool | None = None
-        self._actor_generation = 0  # seed generations used before (a resumed async run starts past them)
+        self._actor_generation = 0  # seed generations used before (a resumed run starts actors past them)
+        self._serial_generation = 0  # the seed generation the serial collector's envs play (seed_generations.py)
         self._env_seed: int | None = None  # the rank's first env seed, known at setup
         self.world_size = 1
         self.local_env_steps = 0
@@ -331,6 +333,8 @@ class OnPolicyDataModule(pl.LightningDataModule):
         if self.num_actors:  # actors hold nothing a resume needs but their seeds: start past the ones used
             used = self.actors.generation + 1 if self.actors is not None else self._actor_generation
             state["actor_generation"] = max(_gather_per_rank(used, self.world_size))
+        else:  # a serial run counts its generation too: actors resumed from it start past its seeds
+            state["actor_generation"] = self._serial_generation + 1
         if self.collector is not None:
             # Only rank 0 writes checkpoints: gather every rank's collector so each resumes its own streams.
             state["collectors"] = _gather_per_rank(_to_cpu(self.collector.state_dict()), self.world_size)
@@ -340,7 +344,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored = dict(state_dict)
-        self._actor_generation = int(state_dict.get("actor_generation", 0))
+        self._actor_generation = generations_used(state_dict)  # where actors started now begin
         if self.collector is not None or (self.num_actors and self._env_seed is not None):  # after setup
             self._apply_state(self._restored)
 
@@ -355,13 +359,29 @@ class OnPolicyDataModule(pl.LightningDataModule):
             return
         collectors = state.get("collectors", [])
         rank = self.trainer.global_rank if self.trainer is not None else 0
+        used = generations_used(state)
         if len(collectors) == self.world_size:
             self.collector.load_state_dict(collectors[rank])
-        elif collectors:
+            self._serial_generation = max(used - 1, 0)  # the checkpoint's own streams continue
+            return
+        if collectors:
             pl.utilities.rank_zero_warn(
                 f"checkpoint holds collectors of {len(collectors)} ranks but the run has {self.world_size}; "
-                "envs restart from data.seed"
+                "envs restart on fresh seeds"
             )
+        if used:  # an actor run's checkpoint, or another world size's: start past every seed it used
+            self._restart_streams(used)
+
+    def _restart_streams(self, generation: int) -> None:
+        """The serial collector afresh, its envs and sampler on seed ``generation``: fresh episodes from the next
+        rollout on (``seed_generations.py``)."""
+        assert self.collector is not None
+        assert self._env_seed is not None
+        env = self.collector.env
+        seed = self._env_seed + generation * GENERATION_STRIDE
+        env.generator.manual_seed(seed)
+        self.collector = self._make_collector(env, seed + 10_007)  # as setup() builds it, 10_007 past the envs
+        self._serial_generation = generation
 
     def on_exception(self, exception: BaseException) -> None:
         """Stop the actors (after the callbacks, ``FaultCheckpoint`` among them, have saved what they save)."""

@@ -9,9 +9,8 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning import keys
-from rl_lightning.data.on_policy import Rollout, _gather_per_rank, _require_positive
+from rl_lightning.data.on_policy import OnPolicyDataModule, Rollout, _gather_per_rank, _require_positive
 from rl_lightning.data.replay import ReplayRing
-from rl_lightning.data.seed_generations import SeedGenerations
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.errors import ConfigError
 
@@ -32,7 +31,7 @@ class ReplayUpdate:
     stats: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-class ReplayDataModule(SeedGenerations):
+class ReplayDataModule(OnPolicyDataModule):
     """Owns the envs, the collector and a ``ReplayRing``; its iterable yields one ``ReplayUpdate`` per update.
 
     Each ``next()`` collects ``rollout_length`` steps in every env with the module's acting policy (SPO: SMC
