@@ -146,10 +146,14 @@ def test_a_users_env_that_raises_once_is_said_in_one_line_and_the_fit_completes_
     assert saved["rl_counters"]["updates"] == 12
 
 
-def test_an_env_that_always_raises_stops_the_run_with_a_checkpoint_and_one_line(tmp_path):
-    # the first actor raises at its 40th tick (its 3rd rollout, after 2 updates); every restart at its first tick
+@pytest.mark.parametrize("lag", [1, 2])
+def test_an_env_that_always_raises_stops_the_run_with_a_checkpoint_and_one_line(tmp_path, lag):
+    # the first actor raises at its 40th tick (its 3rd rollout, after 2 updates); every restart at its first tick; at
+    # lag 2 the 2nd rollout, finished before the actor failed, is still used
     env = {"class_path": "tests.actor_envs.BreaksForGoodCartPole", "init_args": {"marker": str(tmp_path / "broken")}}
-    args = _args(tmp_path, 20 * ROLLOUT, "--data.init_args.env", json.dumps(env))
+    args = _args(
+        tmp_path, 20 * ROLLOUT, "--data.init_args.env", json.dumps(env), "--data.init_args.max_policy_lag", str(lag)
+    )
     result = run_cli([*args, "--data.init_args.actor_max_failures", "2"], tmp_path)
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith(ERROR_PREFIX)]
