@@ -10,7 +10,8 @@ from tensordict import TensorDict
 from rl_lightning import keys
 from rl_lightning.data import ReplayDataModule
 from rl_lightning.envs import CartPole
-from tests.actor_replay_toys import ACTING_OBS_MEAN, NormalizerTaggingRecipe, RaiseOnceCartPole
+from tests.actor_envs import RaisesOnceCartPole
+from tests.actor_replay_toys import ACTING_OBS_MEAN, NormalizerTaggingRecipe
 from tests.helpers import trainer
 
 
@@ -101,7 +102,7 @@ def test_a_replaced_spo_actor_does_not_continue_its_predecessors_episodes_in_the
     ``truncated``, bootstrapped from its ``final_obs`` as a time-limit cut), or the critic's targets there would run on
     into an unrelated episode."""
     pl.seed_everything(0)
-    module, dm = _spo_with_actor(RaiseOnceCartPole(str(tmp_path / "raised"), fail_at=60), 6 * 32)
+    module, dm = _spo_with_actor(RaisesOnceCartPole(str(tmp_path / "raised"), fail_at=60), 6 * 32)
     restarts = _Restarts()
     trainer(tmp_path, callbacks=[restarts]).fit(module, dm)
     assert restarts.restarts == 1
@@ -128,7 +129,7 @@ def test_a_replaced_dreamer_actor_plays_the_player_not_the_random_prefill_again(
     from rl_lightning.envs.base import BatchedEnv
     from rl_lightning.evaluation import random_action
 
-    env = RaiseOnceCartPole(str(tmp_path / "raised"), fail_at=20)  # window 0: calls 1-8, 1: 9-16, 2: 17-24
+    env = RaisesOnceCartPole(str(tmp_path / "raised"), fail_at=20)  # window 0: calls 1-8, 1: 9-16, 2: 17-24
     dm = DreamerDataModule(
         env, num_envs=2, rollout_length=8, total_env_steps=128, buffer_size=256, batch_size=2, sequence_length=4,
         replay_ratio=0.25, learning_starts=16, commit_stride=2, num_actors=1, seed=100,
