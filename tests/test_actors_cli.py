@@ -131,7 +131,7 @@ def test_an_actor_killed_mid_fit_is_replaced_and_the_fit_completes_its_budget(tm
     assert "rl-lightning: actors: 1 replaced during the run" in err, err  # the end-of-run summary
 
 
-@pytest.mark.parametrize("lag", [1, 2])
+@pytest.mark.parametrize("lag", [pytest.param(1, marks=pytest.mark.slow), 2])  # lag 2 holds rollouts: the harder case
 def test_a_users_env_that_raises_once_is_said_in_one_line_and_the_fit_completes_its_budget(tmp_path, lag):
     env = {"class_path": "tests.actor_envs.RaisesOnceCartPole", "init_args": {"marker": str(tmp_path / "raised")}}
     budget = 12 * ROLLOUT
@@ -146,7 +146,7 @@ def test_a_users_env_that_raises_once_is_said_in_one_line_and_the_fit_completes_
     assert saved["rl_counters"]["updates"] == 12
 
 
-@pytest.mark.parametrize("lag", [1, 2])
+@pytest.mark.parametrize("lag", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_an_env_that_always_raises_stops_the_run_with_a_checkpoint_and_one_line(tmp_path, lag):
     # the first actor raises at its 40th tick (its 3rd rollout, after 2 updates); every restart at its first tick; at
     # lag 2 the 2nd rollout, finished before the actor failed, is still used
