@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -13,7 +12,7 @@ import lightning.pytorch as pl
 import torch
 from tensordict import TensorDict
 
-from rl_lightning.data.actors.gather import GENERATION_STRIDE, episode_means
+from rl_lightning.data.actors.gather import GENERATION_STRIDE, episode_means, say_actor_faults
 from rl_lightning.data.actors.pool import ActorPool
 from rl_lightning.data.actors.setup import check_actor_config, start_pool
 from rl_lightning.data.collector import Collector
@@ -391,7 +390,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         if self.actors is not None:
             self._actor_generation = self.actors.generation + 1
             self.actors.close()
-            _say_actor_faults(self.actors)
+            say_actor_faults(self.actors)
             self.actors = None
 
     def teardown(self, stage: str) -> None:
@@ -436,21 +435,6 @@ class RolloutStream:
         if self.datamodule.env_steps >= self.datamodule.total_env_steps:
             raise StopIteration
         return self.datamodule.collect()
-
-
-def _say_actor_faults(actors: Any) -> None:
-    """The run's actor faults in one line at its end (each was said when it happened; ``actors/*`` has them too)."""
-    lost, dropped = getattr(actors, "lost_rollouts", 0), actors.dropped_rollouts
-    if not (actors.restarts or lost or dropped):
-        return
-    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-    rank = f" on rank {torch.distributed.get_rank()}" if distributed and torch.distributed.get_world_size() > 1 else ""
-    print(
-        f"rl-lightning: actors{rank}: {actors.restarts} replaced during the run, {lost} rollout(s) lost with them "
-        f"(not counted as env steps), {dropped} dropped as staler than data.max_policy_lag (counted)",
-        file=sys.stderr,
-        flush=True,
-    )
 
 
 def _merge_sums(per_rank: list[dict[str, tuple[float, float]]]) -> dict[str, tuple[float, float]]:

@@ -109,6 +109,21 @@ def announce_replacement(index: int, problem: str, restarts: int, kept: int) -> 
     )
 
 
+def say_actor_faults(actors: Any) -> None:
+    """The run's actor faults in one line at its end (each was said when it happened; ``actors/*`` has them too)."""
+    lost, dropped = getattr(actors, "lost_rollouts", 0), actors.dropped_rollouts
+    if not (actors.restarts or lost or dropped):
+        return
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    rank = f" on rank {torch.distributed.get_rank()}" if distributed and torch.distributed.get_world_size() > 1 else ""
+    print(
+        f"rl-lightning: actors{rank}: {actors.restarts} replaced during the run, {lost} rollout(s) lost with them "
+        f"(not counted as env steps), {dropped} dropped as staler than data.max_policy_lag (counted)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def failed_too_often(settings: PoolSettings, env: Any, index: int, failures: int, problem: str) -> EnvError:
     """The one-line error that stops a run once actor ``index`` failed ``max_failures`` times in a row."""
     return EnvError(
