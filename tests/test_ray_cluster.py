@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,10 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from rl_lightning.child_processes import pid_alive
-from tests.cli_subprocess import cli_environ, run_cli
+from rl_lightning.errors import EnvError
+from tests.cli_subprocess import ERROR_PREFIX, cli_environ, run_cli
 from tests.helpers import tiny_ppo, trainer
+from tests.test_actors import _deadline
 from tests.test_actors_cli import ROLLOUT, _args, _descendants, _gone, _last_checkpoint, _start_and_mark
 
 ray = pytest.importorskip("ray")
@@ -70,6 +73,57 @@ def test_a_node_removed_mid_fit_leaves_the_run_going_on_the_other(two_nodes, tmp
     assert [node for node, _ in end.where] == [head]  # its replacement runs on the node that is left
     assert datamodule.local_env_steps == 10 * 64
     assert datamodule.last_rollout.stats["actors/restarts"] == 1.0
+
+
+def test_a_node_lost_with_no_cpu_left_for_its_actor_is_said_at_once_and_stops_the_run_within_the_bound(
+    two_nodes, tmp_path, capfd
+):
+    """Two nodes of one CPU, two actors: once the second node is gone its actor's replacement has nowhere to run.
+    The run says so in one line at once and stops after ``actor_heartbeat_s`` (not after the 60 + 300 s that an
+    actor which never answered is otherwise given, times ``actor_max_failures``)."""
+    cluster, second = two_nodes
+    init_ray(address=cluster.address, log_to_driver=False, logging_level="warning")
+    module, datamodule = tiny_ppo(total_env_steps=100 * 64, update_epochs=1)
+    datamodule.num_actors, datamodule.actor_backend, datamodule.actor_heartbeat_s = 2, "ray", 4.0
+    remove = _RemoveNodeAfter(cluster, second, 2)
+    started = time.monotonic()
+    with pytest.raises(EnvError) as info, _deadline(120):  # rather than ~15 minutes of silence
+        trainer(tmp_path, callbacks=[remove]).fit(module, datamodule)
+    waited = time.monotonic() - started
+    line = str(info.value)
+    assert "\n" not in line
+    assert "no CPU freed within 4 s to place it on" in line, line
+    assert "live nodes have 1 CPU for 2 actors" in line, line
+    assert "add a node" in line, line
+    assert module.updates <= 3  # the node left after update 2; the rollout of update 3 may have been collected
+    assert waited < 60  # the bound, plus the seconds Ray takes to see the node gone
+    err = capfd.readouterr().err.splitlines()
+    said = [row for row in err if "waits for a CPU" in row]
+    assert len(said) == 1, said
+    assert said[0].startswith("rl-lightning: actor "), said
+    assert "was lost (its node left the cluster: ActorDiedError" in said[0], said
+    assert "stops unless one frees within 4 s" in said[0], said
+    assert not [row for row in err if "replaced with fresh seeds" in row]  # that one line says it all
+    assert datamodule.actors is None  # closed: no actor left behind on the surviving node
+
+
+@pytest.mark.slow  # ~35 s: a two-node cluster and a CLI fit
+def test_the_ray_head_dying_under_the_learner_stops_the_run_with_one_line_and_a_checkpoint(two_nodes, tmp_path):
+    """The learner runs on the head node (the raylet it is a driver of); SIGKILL that raylet mid-fit. Ray alone ends
+    the fit with exit code 1, no message and no checkpoint; the run says what died and saves the last update."""
+    cluster, _ = two_nodes
+    address = ["--data.init_args.ray_address", cluster.address]
+    proc, _ = _start_and_mark(tmp_path, 1000 * ROLLOUT, *ON_RAY, *address)
+    raylet = cluster.head_node.all_processes["raylet"][0].process
+    raylet.kill()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err[-3000:]
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith(ERROR_PREFIX)]
+    assert len(lines) == 1, err[-3000:]
+    assert f"the raylet of the Ray node this learner runs on (pid {raylet.pid}) died" in lines[0], lines[0]
+    assert "checkpoint of update" in lines[0], lines[0]
+    assert _last_checkpoint(tmp_path, 0)["rl_counters"]["updates"] >= 3
 
 
 def _ray_processes(pids: list[int]) -> dict[int, str]:
