@@ -4,7 +4,6 @@ failure streak, borrowed threads, the weights' seqlock, and the env-step count o
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import time
@@ -21,6 +20,7 @@ from rl_lightning.data.actors.gather import GENERATION_STRIDE, ActorRollout, act
 from rl_lightning.data.collector import Collector
 from rl_lightning.envs import CartPole
 from rl_lightning.envs.base import BatchedEnv
+from tests.actor_serial import assert_equal_to_serial_actors
 from tests.fault_envs import FaultyCartPole
 
 SEED = 100
@@ -66,20 +66,7 @@ def test_two_actors_hand_over_every_column_and_episode_stat_of_serial_collectors
         gathered = [pool.next_rollout(0) for _ in range(3)]
     finally:
         pool.close()
-    serial = [_serial(env, module, 3, SEED + 3 * i) for i in range(2)]
-    for rollout in gathered:
-        parts, stats = [], []
-        for collector, policy in serial:
-            parts.append(collector.rollout(policy, 20, 0))
-            means = collector.episode_stats()
-            stats.append({name: (float(v), float(collector.stat_counts[name])) for name, v in means.items()})
-        assert rollout.batch.shape == torch.Size([20, 6])  # joined on the env axis, actor 0's envs first
-        _assert_same(rollout.batch, torch.cat(parts, dim=1))
-        expected = episode_means(episode_sums(stats))
-        for name, value in expected.items():
-            assert not math.isnan(value), name
-            assert rollout.stats[name] == pytest.approx(value), name
-        assert rollout.env_steps == 6 * 20
+    assert_equal_to_serial_actors(gathered, env, module, 2, 3, 20, SEED)
 
 
 def test_game_score_over_actors_is_a_mean_over_games_not_over_lives():

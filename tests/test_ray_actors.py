@@ -5,7 +5,6 @@ learner's own Ray node gone, and the settings refused before anything starts (DD
 from __future__ import annotations
 
 import gc
-import math
 import os
 import sys
 import time
@@ -19,12 +18,11 @@ from lightning.pytorch.callbacks import Callback
 from rl_lightning.algos import PPO
 from rl_lightning.child_processes import pid_alive
 from rl_lightning.data.actors import ActorPool, PoolSettings
-from rl_lightning.data.actors.gather import episode_means, episode_sums
-from rl_lightning.data.collector import Collector
 from rl_lightning.envs import CartPole
 from rl_lightning.envs.base import BatchedEnv
 from rl_lightning.errors import ConfigError, EnvError
 from tests.actor_envs import BreaksForGoodCartPole
+from tests.actor_serial import assert_equal_to_serial_actors
 from tests.cli_subprocess import ERROR_PREFIX, error_line, run_cli, run_python
 from tests.helpers import tiny_ppo, trainer
 from tests.test_actors import _deadline
@@ -98,22 +96,8 @@ def test_two_ray_actors_hand_over_every_column_and_episode_stat_of_serial_collec
         gathered = [pool.next_rollout(0) for _ in range(3)]
     finally:
         pool.close()
-    # actor i: env seed env_seed + i * num_envs / num_actors, sampling seed that + 10_007 (gather.actor_spec)
-    serial = [Collector(BatchedEnv(env, 3, "cpu", 100 + 3 * i), seed=100 + 3 * i + 10_007) for i in range(2)]
-    policies = [module.acting_policy(collector.env, training=True) for collector in serial]
+    assert_equal_to_serial_actors(gathered, env, module, 2, 3, 20, 100)
     for rollout in gathered:
-        parts, stats = [], []
-        for collector, policy in zip(serial, policies, strict=True):
-            parts.append(collector.rollout(policy, 20, 0))
-            means = collector.episode_stats()
-            stats.append({name: (float(v), float(collector.stat_counts[name])) for name, v in means.items()})
-        assert rollout.batch.shape == torch.Size([20, 6])  # joined on the env axis, actor 0's envs first
-        _assert_same(rollout.batch, torch.cat(parts, dim=1))
-        expected = episode_means(episode_sums(stats))
-        for name, value in expected.items():
-            assert not math.isnan(value), name
-            assert rollout.stats[name] == pytest.approx(value), name
-        assert rollout.env_steps == 6 * 20
         assert rollout.stats["actors/lost_rollouts"] == rollout.stats["actors/dropped_rollouts"] == 0.0
 
 
@@ -162,7 +146,6 @@ def test_self_play_on_ray_equals_the_serial_games_with_league_and_bots(local_ray
     pytest.importorskip("pyspiel")
     from rl_lightning.data.actors.recipes import SelfPlayRecipe
     from rl_lightning.data.selfplay import SelfPlay
-    from rl_lightning.envs.base import BatchedEnv
     from rl_lightning.envs.games import OpenSpielEnv
 
     env = OpenSpielEnv("open_spiel:tic_tac_toe")
