@@ -125,6 +125,37 @@ def test_finished_rollouts_of_a_killed_actor_are_used_and_its_replacement_collec
     assert [r.env_steps for r in [first, *kept, *fresh]] == [64] * 5
 
 
+def test_a_replacement_never_runs_ahead_of_the_lag_bound_while_its_predecessors_rollouts_wait():
+    """Lag 2: the killed actor leaves two finished rollouts; its replacement gets a slot only as each is taken, so
+    with the learner moving one version per update no rollout is ever more than 2 versions behind and none is
+    dropped (handed both slots at once, it collects two rollouts with version 0 and the 4th update drops one)."""
+    env = CartPole()
+    module = _module(env)
+    pool = _pool(env, module, num_actors=1, num_envs=4, num_steps=16, lag=2)
+    try:
+        pool.publish(module.state_dict(), 0)
+        actor = pool.actors[0]
+        _until(lambda: pool._receive(actor) and len(actor.waiting) == 2)  # both slots full: the actor waits
+        dead = pool.pids[0]
+        os.kill(dead, signal.SIGKILL)
+        _until(lambda: not actor.process.is_alive())
+        pool._check_health()  # replaced now, its two rollouts carried over
+        fresh = pool.actors[0]
+        assert fresh is not actor
+        assert len(fresh.waiting) == 2
+        _until(lambda: float(pool.heartbeat[0]) > 0 and int(pool.idle[0]) == 1)  # started, waiting for a slot
+        time.sleep(0.5)  # time to collect, had it been handed a slot
+        lags = []
+        for version in range(1, 7):
+            pool.publish(module.state_dict(), version)
+            rollout = pool.next_rollout(version)
+            lags.append(version - int(rollout.batch["policy_version"].min()))
+        assert pool.dropped_rollouts == 0
+        assert max(lags) <= 2, lags
+    finally:
+        pool.close()
+
+
 def test_a_stale_rollout_is_dropped_counted_and_never_used():
     """The learner's version jumps past the lag bound while the actor collects with version 0: that rollout is
     tagged with the version it was collected with (not the newest published), dropped (its env steps count), and the

@@ -65,6 +65,7 @@ class _Actor:
     waiting: deque[_Finished] = field(default_factory=deque)  # finished rollouts, oldest first
     failures_in_a_row: int = 0
     free_slots: int = 0  # slots handed to it that it has not announced as filled: > 0 means it is collecting
+    held_slots: list[int] = field(default_factory=list)  # its slots kept back while rollouts of its predecessor wait
 
 
 #: What the fork server imports before it forks any actor.
@@ -131,13 +132,16 @@ class ActorPool:
             lend_idle_actors(self.idle)
 
     # ----- processes ----------------------------------------------------------------------------------------
-    def _start(self, index: int, generation: int | None = None) -> _Actor:
-        """Start actor ``index`` as a fresh process with the newest weights, with slots all free."""
+    def _start(self, index: int, generation: int | None = None, carried: int = 0) -> _Actor:
+        """Start actor ``index`` as a fresh process with the newest weights. Its slots are all free, but for one
+        per rollout ``carried`` from the actor it replaces: handed over as those are taken, so that no more than
+        ``max_policy_lag`` rollouts are ever ahead of the learner (the lag bound, ``worker.py``)."""
         s = self.settings
         generation = self.generation if generation is None else generation
         spec = actor_spec(s, self.env, self.policy, self.recipe(), index, generation, os.getpid())
         learner_end, actor_end = self.context.Pipe(duplex=True)
-        for slot in range(s.max_policy_lag):
+        free = s.max_policy_lag - min(carried, s.max_policy_lag)
+        for slot in range(free):
             learner_end.send(slot)
         self.heartbeat[index] = 0.0  # starting: judged by STARTUP_TIMEOUT_S until its first beat
         self.idle[index] = 0  # a replaced actor may have died waiting
@@ -151,7 +155,7 @@ class ActorPool:
             self._pids[index] = process.pid
         else:
             self._pids.append(process.pid)
-        return _Actor(spec, process, learner_end, free_slots=s.max_policy_lag)
+        return _Actor(spec, process, learner_end, free_slots=free, held_slots=list(range(free, s.max_policy_lag)))
 
     @property
     def pids(self) -> list[int]:
@@ -172,7 +176,7 @@ class ActorPool:
         self.generation += 1
         self.restarts += 1
         announce_replacement(index, problem, self.restarts, len(old.waiting))
-        fresh = self._start(index, self.generation)
+        fresh = self._start(index, self.generation, carried=len(old.waiting))
         fresh.failures_in_a_row = failures
         fresh.waiting = old.waiting  # finished whole before it failed: still good data
         self.actors[index] = fresh
@@ -252,14 +256,20 @@ class ActorPool:
             self._check_health()
 
     def _free(self, actor: _Actor, finished: _Finished) -> None:
-        """Hand ``finished``'s slot back to the actor that wrote it, unless that actor is gone (a rollout kept from a
-        replaced actor: the new one has slots of its own). A pipe broken by an actor that just died is left to the
+        """Hand ``finished``'s slot back to the actor that wrote it; for a rollout kept from a replaced actor, hand
+        the new one a slot of its own it was held back. A pipe broken by an actor that just died is left to the
         health check, which replaces it."""
-        if finished.generation != actor.spec.generation or not actor.process.is_alive():
+        if not actor.process.is_alive():
             return  # a dead actor's pipe may still take the message (its end can outlive it): nobody would read it
+        if finished.generation == actor.spec.generation:
+            slot = finished.slot
+        elif actor.held_slots:
+            slot = actor.held_slots.pop(0)
+        else:
+            return
         self.idle[actor.spec.index] = 0  # it collects again from now on (it clears the flag itself once it wakes)
         try:
-            actor.pipe.send(finished.slot)
+            actor.pipe.send(slot)
         except OSError:  # BrokenPipeError: it died since; _check_health replaces it
             return
         actor.free_slots += 1
