@@ -29,6 +29,7 @@ from rl_lightning.lightning_cli import (
     condense_error,
     one_callback_per_class,
 )
+from rl_lightning.results import plot_cli
 from rl_lightning.tune import cli as tune_cli
 
 __all__ = [
@@ -40,12 +41,14 @@ __all__ = [
 #: ``rl-lightning NAME ...`` → the module whose ``main(argv)`` runs it (looked up at call time, so tests may patch it).
 SUBCOMMANDS: dict[str, ModuleType] = {
     "export": export_cli,  # a checkpoint's policy as an ONNX or torch.export file: its own parser, no trainer
+    "plot": plot_cli,  # curves, tables and rliable aggregates from TensorBoard runs (rl_lightning/results/)
     "record": record_cli,  # a bot's games as behaviour-cloning records (rl_lightning/data/records.py)
     "tune": tune_cli,  # an Optuna study whose trials are fits (rl_lightning/tune/)
 }
 #: What ``rl-lightning --help`` says of each (one line: argparse's help column is about 55 characters wide).
 SUBCOMMAND_HELP = {
     "export": "Write a policy as an ONNX or torch.export file.",
+    "plot": "Draw runs against env steps and wall time; tabulate.",
     "tune": "Search hyper-parameters: an Optuna study of fits.",
     "record": "Play a bot's games and save them for cloning (bc).",
 }

@@ -7,7 +7,7 @@ import re
 
 from tests.cli_subprocess import error_line, run_cli
 
-SUBCOMMANDS = ("fit", "validate", "test", "export", "tune", "record")
+SUBCOMMANDS = ("fit", "validate", "test", "export", "plot", "tune", "record")
 
 
 def test_top_level_help_lists_every_subcommand_with_one_line(tmp_path):
