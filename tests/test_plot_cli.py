@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tests.cli_subprocess import error_line, run_cli
+from tests.cli_subprocess import error_line, run_cli, run_python
 
 pytest.importorskip("matplotlib")
 
@@ -192,6 +192,7 @@ def _bad_inputs(root: Path) -> dict[str, tuple[list[str], str]]:
         "normalise one task of two": (["runs", "hopper", *out, "--normalise", "CartPole=0:500"],
                                       "--normalise: no range for task Hopper-v5"),
         "size": (["runs", *out, "--size", "big"], "--size 'big': expected WIDTHxHEIGHT in pixels"),
+        "no --out": (["runs"], "plot: the following arguments are required: --out; usage: rl-lightning plot [-h]"),
     }  # fmt: skip
 
 
@@ -225,3 +226,12 @@ def test_the_aggregate_iqm_is_the_interquartile_mean_of_the_normalised_finals(tm
     assert row["ci_low"] <= row["iqm"] <= row["ci_high"]
     assert image.imread(tmp_path / "out" / "aggregate.png").shape[:2] == (450, 1200)
     assert re.search(r"\| PPO \| CartPole, Hopper-v5 \| 4 \| ", (tmp_path / "out" / "summary.md").read_text())
+
+
+def test_without_the_plot_extra_it_says_how_to_install_it(tmp_path):
+    three_seeds(tmp_path)
+    code = "import sys; sys.modules['matplotlib'] = None; from rl_lightning.cli import main; main(sys.argv[1:])"
+    result = run_python(["-c", code, "plot", "runs", "--out", "out"], tmp_path)
+    assert result.returncode == 2
+    assert 'plot: matplotlib is not installed; pip install -e ".[plot]"' in error_line(result)
+    assert not (tmp_path / "out").exists()

@@ -91,8 +91,9 @@ def _figure(size: tuple[int, int]):  # -> matplotlib.figure.Figure (an optional 
 def _draw(axes, curve: Curve, color: str, x: np.ndarray) -> None:
     band = curve.band
     label = f"{curve.name} ({band.seeds} seed{'s' if band.seeds != 1 else ''})"
-    marker = "o" if len(x) == 1 else None
-    axes.plot(x, band.mean, "--" if curve.dashed else "-", color=color, label=label, marker=marker, linewidth=1.8)
+    marker = "o" if len(x) <= 30 else None  # a few evaluations: show where the points are
+    style = "--" if curve.dashed else "-"
+    axes.plot(x, band.mean, style, color=color, label=label, marker=marker, markersize=4, linewidth=1.8)
     axes.fill_between(x, band.low, band.high, color=color, alpha=0.2, linewidth=0)
 
 

@@ -24,7 +24,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse whose errors are the project's one-line ``ConfigError`` instead of usage text and exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        raise ConfigError(f"plot: {message}; usage: {self.format_usage().strip().removeprefix('usage: ')}")
+        usage = " ".join(self.format_usage().split()).removeprefix("usage: ")  # one line, however argparse wraps it
+        raise ConfigError(f"plot: {message}; usage: {usage}")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -2,7 +2,8 @@
 
 Benchmark suites commit these instead of event files. ``write_summary(run_dir, path)`` (or ``rl-lightning plot ...
 --write-summaries DIR``) writes one; ``rl-lightning plot`` accepts ``*.json`` files (or folders holding them)
-beside run folders, with the same figures and the same table. The format is stable; a change bumps ``FORMAT``::
+beside run folders, with the same figures and the same table. The format is stable; a change bumps ``FORMAT``.
+The summary of a 4,096-step fit of ``ppo.yaml`` (its other tags left out; ``#`` comments are not part of the file)::
 
     {
       "format": "rl_lightning.run_summary/1",
@@ -11,13 +12,13 @@ beside run folders, with the same figures and the same table. The format is stab
       "group": "ppo_cartpole",                    # what it was drawn as: its label, else its config's name
       "label": null,                              # the --label that named the group, null for a config group
       "config": "ppo_cartpole",                   # the TensorBoard logger's name (else the run's folder)
-      "config_digest": "3f1c0a9b2d4e",            # the config without seeds and logger: equal for seeds of one config
+      "config_digest": "8f9db2b478f6",            # the config without seeds and logger: equal for seeds of one config
       "algorithm": "PPO",                         # the model's class name; null when unknown
       "seed": 1,                                  # seed_everything; null when unknown
       "env_steps": 4096,                          # the last env step any scalar was logged at
-      "wall_seconds": 1.41,                       # first event to last scalar
+      "wall_seconds": 0.720473051071167,          # first event to last scalar
       "scalars": {                                # every scalar tag: three lists of one length, in logging order
-        "eval/episode_return": {"steps": [4096], "wall_times": [1.41], "values": [158.60000610351562]}
+        "eval/episode_return": {"steps": [4096], "wall_times": [0.7203891277313232], "values": [158.60000610351562]}
       }
     }
 
