@@ -103,6 +103,8 @@ def _figure(todo: Plan, ns: argparse.Namespace, task: str, metric: str) -> list[
             rng = curves.generator(ns.seed, task, metric, group, str(reference))
             band = curves.band([(s.steps, s.wall, s.values) for s in seeds], rng, ns.reps, ns.ci, ns.points)
             drawn.append(draw.Curve(name=group, band=band, dashed=reference))
+    if not drawn:  # no run of this task logged the metric (another task's runs did)
+        return []
     refs = [ref for ref in todo.references if ref.task in (None, task)] if metric == todo.metrics[0] else []
     stem = todo.out / f"{_slug(task)}__{_slug(metric)}"
     return draw.curves(task, metric, drawn, refs, todo.size, stem, ns.ci)
