@@ -1,0 +1,126 @@
+"""Drawing a suite and writing its results page: ``rl-lightning plot`` over the committed run summaries, then
+``docs/benchmarks/<suite>.md`` built from what it wrote (``summary.json``) and the runs' process records. No number on
+the page is typed by hand: each comes from a run's logs or from the suite file (targets, published figures)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from runs import ROOT, process_path, results_root, summary_path
+from suite import REPO, Entry, Suite
+
+
+def draw_suite(suite: Suite, log: Callable[[str], None]) -> Path | None:
+    """Draw every finished run of ``suite`` into ``docs/benchmarks/<suite>/`` and write the page; ``None`` (and
+    a line saying so) when no run has finished yet."""
+    done = [(e, s) for e in suite.entries for s in e.seeds if summary_path(suite, e, s).is_file()]
+    if not done:
+        log(f"{suite.name}: no finished run to draw yet")
+        return None
+    docs = ROOT[0] / "docs" / "benchmarks"
+    figures = docs / suite.name
+    command = [sys.executable, "-m", "rl_lightning.cli", "plot", "--out", str(figures), "--metric", suite.metric]
+    for entry in dict.fromkeys(e for e, _ in done):
+        folder = results_root() / suite.name / entry.name
+        command += [str(folder), "--label", f"{folder}/*={entry.legend}"]
+        command += [f"--reference={r.label}={r.value:g}@{entry.task}" for r in entry.references]
+    tasks = {e.task for e, _ in done}
+    for task, (low, high) in suite.normalise.items():
+        if task in tasks:
+            command += ["--normalise", f"{task}={low:g}:{high:g}"]
+    subprocess.run(command, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+    table = json.loads((figures / "summary.json").read_text())
+    page = docs / f"{suite.name}.md"
+    page.write_text(_page(suite, done, table, figures))
+    log(f"{suite.name}: {len(done)} run(s) drawn; page {page}")
+    return page
+
+
+def _page(suite: Suite, done: list[tuple[Entry, int]], table: dict, figures: Path) -> str:
+    processes = [json.loads(p.read_text()) for e, s in done if (p := process_path(suite, e, s)).is_file()]
+    machines = sorted({p["machine"] for p in processes})
+    ended = sorted(seg["ended"][:10] for p in processes for seg in p["segments"])
+    lines = [
+        f"# {suite.title}",
+        "",
+        suite.about,
+        "",
+        "Regenerate (runs what is missing, then redraws this page from the logs' summaries):",
+        "",
+        f"    python benchmarks/suites/run.py {suite.name}",
+        "",
+        f"Hardware: {', '.join(machines) or 'not recorded'}. Runs ended {ended[0]} to {ended[-1]} (UTC)."
+        if ended
+        else "Hardware: not recorded.",
+        "",
+    ]
+    groups = {(g["task"], g["group"]): g for g in table["groups"] if g["metric"] == suite.metric}
+    for task in dict.fromkeys(e.task for e in suite.entries):
+        entries = [e for e in suite.entries if e.task == task]
+        lines += [f"## {task}", ""]
+        pngs = sorted(figures.glob(f"{_slug(task)}__*.png"))
+        lines += [f"![{task}]({suite.name}/{png.name})" for png in pngs] + [""]
+        lines += [
+            "| run | config | seeds done | final per seed | median | IQR | target | fit minutes (median, max) |",
+            "|---|---|---|---|---:|---:|---|---|",
+        ]
+        for entry in entries:
+            lines.append(_row(suite, entry, groups.get((task, entry.legend)), done))
+        references = [r for e in entries for r in e.references]
+        if references:
+            lines += ["", "Published: " + "; ".join(f"{r.label} **{r.value:g}** ({r.source})" for r in references)]
+        lines.append("")
+    if (figures / "aggregate.png").is_file():
+        lines += ["## Across tasks", "", f"![aggregate]({suite.name}/aggregate.png)", ""]
+    lines += [
+        "## Every run",
+        "",
+        f"Per seed, with wall time and env steps/s from the logs: [summary.md]({suite.name}/summary.md), "
+        f"[summary.csv]({suite.name}/summary.csv).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _row(suite: Suite, entry: Entry, group: dict | None, done: list[tuple[Entry, int]]) -> str:
+    seeds = [s for e, s in done if e is entry]
+    config = f"`{entry.config}`"
+    if group is None:
+        return f"| {entry.legend} | {config} | 0 of {len(entry.seeds)} | - | - | - | {_target(entry, None)} | - |"
+    runs = sorted(group["runs"], key=lambda r: (r["seed"] is None, r["seed"]))
+    finals = ", ".join(f"{r['final']:,.1f}" for r in runs)
+    minutes = [
+        json.loads(process_path(suite, entry, s).read_text())["wall_s"] / 60
+        for s in seeds
+        if process_path(suite, entry, s).is_file()
+    ]
+    fit = f"{statistics.median(minutes):.1f}, {max(minutes):.1f}" if minutes else "-"
+    if minutes and entry.minutes is not None:
+        fit += f" (bar {entry.minutes:g}: {'met' if max(minutes) <= entry.minutes else '**missed**'})"
+    median = group["median"]
+    return (
+        f"| {entry.legend} | {config} | {len(runs)} of {len(entry.seeds)} | {finals} | {median:,.1f} | "
+        f"{group['iqr']:,.1f} | {_target(entry, [r['final'] for r in runs], suite.higher_is_better)} | {fit} |"
+    )
+
+
+def _target(entry: Entry, finals: list[float] | None, higher: bool = True) -> str:
+    if entry.target is None:
+        return "-"
+    if not finals:
+        return f"{entry.target:g}"
+    reached = sum((f >= entry.target) if higher else (f <= entry.target) for f in finals)
+    median = statistics.median(finals)
+    met = median >= entry.target if higher else median <= entry.target
+    return f"{entry.target:g}: median {'met' if met else '**missed**'}, {reached} of {len(finals)} seeds"
+
+
+def _slug(text: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_.") or "run"

@@ -1,0 +1,161 @@
+"""Running a suite's fits: one ``rl-lightning fit`` subprocess per (entry, seed), resumed from its ``last.ckpt`` when a
+fit was cut short, skipped when its summary is already committed.
+
+Layout (from the repository root):
+
+- ``benchmarks/runs/<suite>/<entry>/seed<S>/``: the fit's TensorBoard folder and checkpoints (ignored by git);
+- ``benchmarks/results/<suite>/<entry>/seed<S>.json``: the run's summary (its curves, read from its event files by
+  ``rl-lightning plot --write-summaries``), committed: a finished run is never rerun;
+- ``benchmarks/results/<suite>/<entry>/seed<S>.process.json``: how the fit ran (command, wall and CPU seconds of the
+  whole process, its segments when resumed, the machine, the date).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from suite import REPO, Entry, Suite
+
+#: Where runs, results and the pages go: the repository, unless ``--root`` (the tests) says otherwise.
+ROOT = [REPO]
+
+
+def runs_root() -> Path:
+    return ROOT[0] / "benchmarks" / "runs"
+
+
+def results_root() -> Path:
+    return ROOT[0] / "benchmarks" / "results"
+
+
+def run_dir(suite: Suite, entry: Entry, seed: int) -> Path:
+    return runs_root() / suite.name / entry.name / f"seed{seed}"
+
+
+def summary_path(suite: Suite, entry: Entry, seed: int) -> Path:
+    return results_root() / suite.name / entry.name / f"seed{seed}.json"
+
+
+def process_path(suite: Suite, entry: Entry, seed: int) -> Path:
+    return results_root() / suite.name / entry.name / f"seed{seed}.process.json"
+
+
+def fit_command(suite: Suite, entry: Entry, seed: int) -> list[str]:
+    """The fit as a user would type it (``rl-lightning fit ...``, from the repository root), logging to the
+    suite's run folder."""
+    command = ["rl-lightning", "fit", "--config", entry.config, "--seed_everything", str(seed)]
+    if entry.env_steps is not None:
+        command += ["--data.init_args.total_env_steps", str(entry.env_steps)]
+    command += [
+        "--trainer.logger.init_args.save_dir",
+        _shown(runs_root() / suite.name),
+        "--trainer.logger.init_args.name",
+        entry.name,
+        "--trainer.logger.init_args.version",
+        f"seed{seed}",
+        *entry.args,
+    ]
+    return command
+
+
+def last_checkpoint(folder: Path) -> Path | None:
+    found = sorted(folder.glob("**/last.ckpt"))
+    return found[0] if found else None
+
+
+def machine() -> str:
+    """The CPU model and core count, as the results page names the hardware."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def fit(suite: Suite, entry: Entry, seed: int, log) -> bool:
+    """Run (or resume) one fit in a subprocess; ``True`` once it ended 0. Its console goes to ``fit.log`` beside
+    its events; its process record is written either way (a cut-short segment is kept for the next resume)."""
+    folder = run_dir(suite, entry, seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    command = fit_command(suite, entry, seed)
+    resume = last_checkpoint(folder)
+    if resume is not None:
+        command += ["--ckpt_path", _shown(resume)]
+    record_path = process_path(suite, entry, seed)
+    record = json.loads(record_path.read_text()) if record_path.is_file() and resume is not None else {"segments": []}
+    log(f"{entry.name} seed {seed}: {'resuming' if resume else 'starting'}: {' '.join(command)}")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.monotonic()
+    with open(folder / "fit.log", "a") as console:
+        code = _run_to_the_end([sys.executable, "-m", "rl_lightning.cli", *command[1:]], console)
+    wall = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    record["segments"].append(
+        {
+            "command": " ".join(command),
+            "exit_code": code,
+            "wall_s": round(wall, 1),
+            "cpu_user_s": round(after.ru_utime - before.ru_utime, 1),
+            "cpu_system_s": round(after.ru_stime - before.ru_stime, 1),
+            "ended": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        }
+    )
+    record.update(
+        machine=machine(),
+        python=sys.version.split()[0],
+        wall_s=round(sum(s["wall_s"] for s in record["segments"]), 1),
+        cpu_s=round(sum(s["cpu_user_s"] + s["cpu_system_s"] for s in record["segments"]), 1),
+        resumed=len(record["segments"]) > 1,
+    )
+    record_path.parent.mkdir(parents=True, exist_ok=True)
+    record_path.write_text(json.dumps(record, indent=1) + "\n")
+    log(f"{entry.name} seed {seed}: exit {code} after {wall:.0f} s (see {_shown(folder)}/fit.log)")
+    return code == 0
+
+
+def _shown(path: Path) -> str:
+    """``path`` from the repository root when it lies in it (as the command is typed there), else absolute."""
+    try:
+        return str(path.relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+def _run_to_the_end(command: list[str], console) -> int:
+    """Run the fit and wait for it; a SIGTERM or Ctrl+C of this script is passed on to the fit, which then saves
+    its fault checkpoint and stops (the next run of the suite resumes from it), and is awaited: no fit outlives
+    the suite's command."""
+    child = subprocess.Popen(command, cwd=REPO, stdout=console, stderr=subprocess.STDOUT, start_new_session=True)
+    previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+    try:
+        return child.wait()
+    except KeyboardInterrupt:
+        child.send_signal(signal.SIGTERM)
+        child.wait()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if child.poll() is None:  # anything else that went wrong here
+            child.kill()
+            child.wait()
+
+
+def summarise(suite: Suite, entry: Entry, seed: int) -> Path:
+    """Write the finished run's summary JSON from its event files (``rl_lightning.results.summary``, the format
+    ``rl-lightning plot`` reads like an event folder)."""
+    from rl_lightning.results.summary import write_summary
+
+    return write_summary(run_dir(suite, entry, seed), summary_path(suite, entry, seed))

@@ -1,0 +1,134 @@
+"""The benchmark suites' command (``benchmarks/suites/run.py``) as a user runs it: a small suite of two CartPole
+seeds is fitted, summarised from its event files and drawn onto a results page whose numbers are the logs'; run
+again it fits nothing; cut short by SIGTERM it leaves no fit behind and the next run resumes; every bundled suite
+file names configs that exist and parses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.cli_subprocess import ROOT, cli_environ, run_python
+
+pytest.importorskip("matplotlib")
+
+RUN = ROOT / "benchmarks" / "suites" / "run.py"
+
+
+def _suite(tmp_path: Path, env_steps: int, seeds: list[int]) -> Path:
+    path = tmp_path / "tiny.yaml"
+    entry = {
+        "name": "ppo_cartpole",
+        "config": "configs/ppo.yaml",
+        "task": "CartPole",
+        "seeds": seeds,
+        "env_steps": env_steps,
+        "args": ["--trainer.enable_progress_bar", "false"],
+        "target": 0,
+        "minutes": 10,
+        "references": [{"label": "paper", "value": 490, "source": "somewhere"}],
+    }
+    path.write_text(yaml.safe_dump({"title": "Tiny", "metric": "eval/episode_return", "entries": [entry]}))
+    return path
+
+
+def _events_final(run_dir: Path, tag: str = "eval/episode_return") -> float:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    return accumulator.Scalars(tag)[-1].value
+
+
+def test_a_suite_is_fitted_summarised_and_drawn_from_its_logs_and_a_finished_run_is_never_rerun(tmp_path):
+    suite = _suite(tmp_path, 1024, [0, 1])
+    args = [str(RUN), "tiny", "--suite-file", str(suite), "--root", str(tmp_path)]
+    first = run_python(args, ROOT, timeout=400)
+    assert first.returncode == 0, first.stdout + first.stderr
+    results = tmp_path / "benchmarks" / "results" / "tiny" / "ppo_cartpole"
+    finals = {}
+    for seed in (0, 1):
+        summary = json.loads((results / f"seed{seed}.json").read_text())
+        process = json.loads((results / f"seed{seed}.process.json").read_text())
+        assert summary["seed"] == seed
+        assert process["segments"][0]["exit_code"] == 0
+        assert process["wall_s"] > 0
+        assert process["cpu_s"] > 0
+        finals[seed] = _events_final(tmp_path / "benchmarks" / "runs" / "tiny" / "ppo_cartpole" / f"seed{seed}")
+        assert summary["scalars"]["eval/episode_return"]["values"][-1] == pytest.approx(finals[seed])
+    page = (tmp_path / "docs" / "benchmarks" / "tiny.md").read_text()
+    assert "python benchmarks/suites/run.py tiny" in page
+    assert f"{finals[0]:,.1f}, {finals[1]:,.1f}" in page  # the final values, seed by seed, are the events'
+    assert "paper **490** (somewhere)" in page
+    assert "2 of 2 seeds" in page
+    pngs = list((tmp_path / "docs" / "benchmarks" / "tiny").glob("*.png"))
+    assert pngs
+    assert all(f"](tiny/{png.name})" in page for png in pngs)
+
+    again = run_python(args, ROOT, timeout=200)
+    assert again.returncode == 0, again.stderr
+    assert "starting" not in again.stdout  # nothing fitted again
+    assert len(json.loads((results / "seed0.process.json").read_text())["segments"]) == 1
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_fit_with_the_suite_and_the_next_run_resumes_it(tmp_path):
+    suite = _suite(tmp_path, 200_000, [0])
+    args = [sys.executable, str(RUN), "tiny", "--suite-file", str(suite), "--root", str(tmp_path), "--no-draw"]
+    runner = subprocess.Popen(args, cwd=ROOT, env=cli_environ(), stdout=subprocess.PIPE, text=True)
+    run_dir = tmp_path / "benchmarks" / "runs" / "tiny" / "ppo_cartpole" / "seed0"
+    deadline = time.monotonic() + 120
+    while not list(run_dir.glob("**/last.ckpt")):  # past its first checkpoint
+        assert time.monotonic() < deadline, "no checkpoint written"
+        time.sleep(0.5)
+    fits = _fits_under(runner.pid)
+    assert fits
+    runner.send_signal(signal.SIGTERM)
+    runner.communicate(timeout=120)
+    assert runner.returncode != 0
+    assert not any(_alive(pid) for pid in fits)  # the fit went with it
+    record = json.loads((tmp_path / "benchmarks/results/tiny/ppo_cartpole/seed0.process.json").read_text())
+    assert record["segments"][0]["exit_code"] != 0
+    resumed = run_python([*args[1:-1], "--only", "ppo_cartpole"], ROOT, timeout=400)  # drawing too
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stdout
+    record = json.loads((tmp_path / "benchmarks/results/tiny/ppo_cartpole/seed0.process.json").read_text())
+    assert [s["exit_code"] for s in record["segments"]][-1] == 0
+    assert record["resumed"] is True
+    assert "--ckpt_path" in record["segments"][-1]["command"]
+
+
+def _fits_under(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-eo", "pid,ppid"], capture_output=True, text=True).stdout.split()[2:]
+    return [int(c) for c, p in zip(out[::2], out[1::2], strict=True) if int(p) == pid]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "benchmarks" / "suites").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_bundled_suite_parses_and_names_configs_that_exist(path):
+    sys.path.insert(0, str(path.parent))
+    try:
+        from suite import load_suite
+
+        suite = load_suite(path.stem)
+    finally:
+        sys.path.remove(str(path.parent))
+    assert suite.entries
+    for entry in suite.entries:
+        assert (ROOT / entry.config).is_file()
+        assert entry.references or entry.target is not None, entry.name
