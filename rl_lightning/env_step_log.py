@@ -34,7 +34,7 @@ def publish_to_callbacks(trainer: pl.Trainer, scalars: Mapping[str, float]) -> N
 
     Not through ``self.log``: Lightning's result collection moves each logged key's metric object to the value's
     device on every call (``_ResultMetric.to`` walks the object's attributes), about 0.2 ms per key on CPU, so the
-    ~16 metrics of a PPO update cost 3.8 ms, 10% of a CartPole training step (``benchmarks/README.md``, PPO).
+    ~16 metrics of a PPO update cost 3.8 ms, 10% of a CartPole training step (``benchmarks/NOTES.md``, PPO).
     ``trainer.callback_metrics`` is the live dict Lightning clears only when a run (or its sanity check) starts;
     the values go in as 0-dim float64 CPU tensors (exact env-step counters for checkpoint names past 2**24).
     """

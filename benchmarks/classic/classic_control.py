@@ -48,7 +48,7 @@ class ClassicTask:
     config: str  # the bundled config the run starts from
     steps: int  # env-step budget per seed
     threshold: float  # PASS: every seed's final deterministic return >= this
-    published: str  # published PPO figures, with their budgets (see benchmarks/README.md for the sources)
+    published: str  # published PPO figures, with their budgets (see benchmarks/NOTES.md for the sources)
 
 
 # Published figures: rl-zoo = DLR-RM/rl-baselines3-zoo benchmark.md (one run, deterministic eval over ~150k steps,

@@ -7,7 +7,7 @@ the exact action values under the current policy (no later KL in them, as PPO's 
 noise is modelled, not simulated game by game: per update the set is visited ``Poisson(games · reach · π(a))`` times
 per action, and each visit's advantage is the exact one plus Gaussian noise of ``sigma`` payoff units (Leduc's
 sampled advantages have a standard deviation of ~3.5 chips at the regularised equilibria, ~2.4 with exact one-step
-values: benchmarks/README.md). No network, no critic error, no optimiser: what the samples alone allow, to read a PPO
+values: benchmarks/NOTES.md). No network, no critic error, no optimiser: what the samples alone allow, to read a PPO
 run's exploitability against.
 
     python benchmarks/games/sampled_magnet_dynamics.py --game leduc_poker --updates 3000 --games 3800 --sigma 3.5

@@ -10,7 +10,7 @@ for the ``repeat_*`` tasks, ``minigrid`` for ``minigrid``). Tasks:
 * ``repeat_first`` / ``repeat_previous``: POPGym's RepeatFirstEasy / RepeatPreviousEasy with RecurrentPPO's defaults
   (``configs/ppo_lstm_repeat_first.yaml`` quotes them);
 * ``minigrid``: MiniGrid-MemoryS7-v0 (the zoo's ``ppo`` MiniGrid settings on an LSTM of 64; a probe, see
-  benchmarks/README.md).
+  benchmarks/NOTES.md).
 
 Training stops at the first evaluation (``--eval-episodes`` deterministic episodes, frozen ``VecNormalize`` statistics
 where the task normalises, every ``--eval-every`` env steps, checked when a rollout starts, i.e. after each update)

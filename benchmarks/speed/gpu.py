@@ -23,7 +23,7 @@ Sections:
             with the actor's and the learner's busy fractions (``perf/actor_busy``, ``perf/learner_busy``: each one's
             time over the update cycle's wall), medians over the second half of the updates.
 
-Prints one table per section and the device's name; copy them into ``benchmarks/README.md``'s GPU section.
+Prints one table per section and the device's name; copy them into ``benchmarks/NOTES.md``'s GPU section.
 Without a CUDA device (and without ``--device cpu``) it says so in one line and exits 2.
 """
 

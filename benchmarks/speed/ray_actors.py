@@ -1,7 +1,7 @@
 """Actors on Ray (issue 36): env steps/s against the number of Ray actors, on a local Ray instance and on a
 simulated two-node cluster, and what a rollout costs on Ray beyond its collection, against actor processes.
 
-    python benchmarks/speed/ray_actors.py                       # every section, the settings of benchmarks/README.md
+    python benchmarks/speed/ray_actors.py                       # every section, the settings of benchmarks/NOTES.md
     python benchmarks/speed/ray_actors.py --sections overhead --rollouts 40
 
 Sections (each its own function):

@@ -37,8 +37,49 @@ def draw_suite(suite: Suite, log: Callable[[str], None]) -> Path | None:
     table = json.loads((figures / "summary.json").read_text())
     page = docs / f"{suite.name}.md"
     page.write_text(_page(suite, done, table, figures))
+    (docs / "index.md").write_text(_index(docs))
     log(f"{suite.name}: {len(done)} run(s) drawn; page {page}")
     return page
+
+
+def _index(docs: Path) -> str:
+    """The results section's front page: each bundled suite, how much of it has run, and how many of its tasks'
+    medians meet their targets (from the drawn pages' tables)."""
+    from suite import SUITES, load_suite
+
+    lines = [
+        "# Benchmarks",
+        "",
+        "What this trainer reaches, in how long, against the published figures: each suite is a list of bundled",
+        "configs, seeds and budgets beside the figures it is compared with (`benchmarks/suites/<suite>.yaml`), run",
+        "and drawn by one command, `python benchmarks/suites/run.py <suite>`. A finished run's summary (its curves,",
+        "read from its TensorBoard event files) is committed under `benchmarks/results/`, so a suite is never rerun",
+        "to redraw it, and every number on these pages is regenerated from those logs. Draw your own runs the same",
+        "way with [`rl-lightning plot`](../guides/plots.md).",
+        "",
+        "| suite | runs finished | task medians at target |",
+        "|---|---|---|",
+    ]
+    for path in sorted(SUITES.glob("*.yaml")):
+        suite = load_suite(path.stem)
+        total = sum(len(e.seeds) for e in suite.entries)
+        finished = sum(summary_path(suite, e, s).is_file() for e in suite.entries for s in e.seeds)
+        drawn = docs / suite.name / "summary.json"
+        met = "-"
+        if drawn.is_file() and (docs / f"{suite.name}.md").is_file():
+            groups = {(g["task"], g["group"]): g for g in json.loads(drawn.read_text())["groups"]}
+            judged = [
+                (e, groups[(e.task, e.legend)])
+                for e in suite.entries
+                if e.target is not None and (e.task, e.legend) in groups
+            ]
+            good = sum(
+                (g["median"] >= e.target) if suite.higher_is_better else (g["median"] <= e.target) for e, g in judged
+            )
+            met = f"{good} of {len(judged)} drawn"
+        title = f"[{suite.title}]({suite.name}.md)" if (docs / f"{suite.name}.md").is_file() else suite.title
+        lines.append(f"| {title} | {finished} of {total} | {met} |")
+    return "\n".join(lines) + "\n"
 
 
 def _page(suite: Suite, done: list[tuple[Entry, int]], table: dict, figures: Path) -> str:

@@ -111,7 +111,7 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
             (SB3's ``ortho_init=False``, which rl-zoo's MuJoCo settings use).
         compile_update: run each minibatch's forward pass and loss (and so their backward) through
             ``torch.compile`` (inductor; compiled once per run, on the first update, with fixed shapes). Off by
-            default: it pays on long runs whose minibatch steps are overhead-bound (benchmarks/README.md has the
+            default: it pays on long runs whose minibatch steps are overhead-bound (benchmarks/NOTES.md has the
             measured speed-up and compile time); gradients agree with eager within float tolerance.
         init_weights: a ``.ckpt`` of a BC or PPO run whose network weights (and observation statistics) this run
             starts from: weights only, not a resume (counters, optimiser and env steps start at zero; the lineage
@@ -141,7 +141,7 @@ class PPO(PPOPolicy, PPOUpdate, RLModule):
         critic_input: what the critic reads: ``obs`` (the acting seat's own view, as the policy) or ``critic_obs``
             (every seat's view, from a game env with ``critic_obs: true``): a centralised critic that sees the hidden
             cards. Its values are a baseline that may depend on anything the action does not change, so the policy
-            gradient stays unbiased while the card luck leaves the advantages (benchmarks/README.md: Leduc's late
+            gradient stays unbiased while the card luck leaves the advantages (benchmarks/NOTES.md: Leduc's late
             decisions' noise falls from ~3.2 to ~2.1 chips). Training only: the policy, exports and evaluations
             read ``obs`` alone.
     """

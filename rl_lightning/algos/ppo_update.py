@@ -87,7 +87,7 @@ class PPOUpdate:
         Returns the minibatch-averaged loss terms and diagnostics (detached). Works attached to a Trainer or
         standalone (``FailFast.reproduce`` replays a failing update this way).
 
-        The minibatch loop is kept lean (the profile in benchmarks/README.md): the columns it needs are pulled out
+        The minibatch loop is kept lean (the profile in benchmarks/NOTES.md): the columns it needs are pulled out
         of the TensorDict once (observations normalised once; image frames laid out for the CNN once; a fixed decoding
         run once), shuffled with one whole-row gather per epoch (``data/rows.py``) and sliced as views per minibatch;
         the terms are stacked into one tensor per step and summed on the device (read once, when logged).

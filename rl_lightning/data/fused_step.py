@@ -34,7 +34,7 @@ Tensors = dict[str, torch.Tensor]
 #: Store keys holding the open-episode sums after each step (read into episode statistics, then dropped).
 RETURN_SUM = "_episode_return"
 LENGTH_SUM = "_episode_length"
-#: Inductor settings for CPU steps (figures in benchmarks/README.md). The exp-based tanh runs about 3x faster than
+#: Inductor settings for CPU steps (figures in benchmarks/NOTES.md). The exp-based tanh runs about 3x faster than
 #: the Sleef tanh inductor emits by default (results differ by ~1e-7), and the C++ wrapper removes much of the
 #: per-call Python cost that dominates with few envs.
 CPU_OPTIONS = {"cpp.use_decompose_tanh": True, "cpp_wrapper": True}

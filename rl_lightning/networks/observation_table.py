@@ -3,7 +3,7 @@ each information set owns.
 
 A network shares what it learns across inputs, which helps early in self-play (it learns sets it rarely sees from
 the common ones) and biases late: a set reached in 1e-4 of games gets a 1e-4 share of the gradient, and the common
-sets' answers carried over by the shared weights outweigh its own (benchmarks/README.md, "What the samples alone
+sets' answers carried over by the shared weights outweigh its own (benchmarks/NOTES.md, "What the samples alone
 allow"). A table row per observation, added to the network's output and learned with it, gives every set a term only
 its own samples move. Meant for the integer-valued observations of small games (an OpenSpiel information-state
 tensor's 0/1 entries): the row is a hash of the rounded entries, so two observations that round alike share a row.

@@ -109,7 +109,7 @@ class GumbelSearch(PUCTSearch):
         q_scaling: how ``q̂`` is brought to [0, 1]: ``minmax``, by each node's own smallest and largest completed Q
             (the paper's and ``mctx``'s; it stretches any difference between a node's moves to the full range), or
             ``bounds``, by the game's worst and best result (a Q difference keeps its size, so ``σ`` moves the prior
-            less; weaker on Connect Four at c_scale 0.1: benchmarks/README.md).
+            less; weaker on Connect Four at c_scale 0.1: benchmarks/NOTES.md).
         c_puct: not read by Gumbel's choices; kept for a PUCT search of the same network (``NetworkMCTS.of_module``).
     """
 

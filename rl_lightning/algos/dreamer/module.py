@@ -84,7 +84,7 @@ class DreamerV3(RLModule):
         compile_update: run the gradient step's losses as ``torch.compile``d regions (``update_graphs.py``: the
             observe scan's step, the world-model terms, the imagination step, the actor-critic losses; their
             backward compiles with them), each compiled once per run on the first gradient step. Off by default:
-            benchmarks/README.md has the measured speed-up and compile time. Same draws as eager, so the two
+            benchmarks/NOTES.md has the measured speed-up and compile time. Same draws as eager, so the two
             agree within float tolerance.
         histograms_every_n_updates: every this many updates, write TensorBoard histograms of the last gradient
             step's imagined λ-returns, critic values and actor advantages (the ``Histograms`` callback); ``None``

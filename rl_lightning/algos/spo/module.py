@@ -81,7 +81,7 @@ class SPO(SPOLosses, RLModule):
         root_noise_fraction: root exploration mix when acting for training (0 = off, as in Stoix).
         search_precision: ``float32`` or ``bfloat16``: the search's actor and critic forwards under a bfloat16
             autocast (float32 accumulation and outputs; weights, resampling and training stay float32). About
-            2.5× the search's particle-steps/s on a CPU with AVX512-BF16 (``benchmarks/README.md``, SPO).
+            2.5× the search's particle-steps/s on a CPU with AVX512-BF16 (``benchmarks/NOTES.md``, SPO).
         compile_search: run each search as one ``torch.compile`` graph over noise drawn before it
             (``algos/spo/compiled_search.py``; the package's torch envs only). Same distributions as the default
             search from another random stream; the first search of each shape compiles (10-25 s on a CPU).
