@@ -158,4 +158,10 @@ def summarise(suite: Suite, entry: Entry, seed: int) -> Path:
     ``rl-lightning plot`` reads like an event folder)."""
     from rl_lightning.results.summary import write_summary
 
-    return write_summary(run_dir(suite, entry, seed), summary_path(suite, entry, seed))
+    path = write_summary(run_dir(suite, entry, seed), summary_path(suite, entry, seed))
+    task = json.loads(path.read_text())["task"]
+    if task != entry.task:  # the page finds a run's row by its task: a mismatch would leave it out
+        path.unlink()
+        raise SystemExit(f"suite {suite.name!r}, entry {entry.name}: task {entry.task!r} in the suite file, but the "
+                         f"run's config plays {task!r}; write task: {task!r}")  # fmt: skip
+    return path
