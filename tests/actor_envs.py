@@ -3,6 +3,7 @@ played as games of several lives."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -115,4 +116,38 @@ class RaisesOnceCartPole(StepHookCartPole):
     def before_step(self, calls: int) -> None:
         if calls == self.fail_at and not Path(self.marker).exists():
             Path(self.marker).write_text("raised")
+            raise RuntimeError(f"contact solver diverged at call {calls}")
+
+
+class BreaksOnOneRankCartPole(StepHookCartPole):
+    """The torch CartPole broken for good on DDP rank ``rank`` only (``LOCAL_RANK``, which Lightning's launcher sets
+    in each rank and its actor processes inherit): there its ``fail_at``-th step raises and leaves ``marker``
+    behind, and every restart on that rank raises at its first step; the other rank's envs never fail."""
+
+    def __init__(self, marker: str, rank: int, fail_at: int = 40) -> None:
+        super().__init__()
+        self.marker = marker
+        self.rank = rank
+        self.fail_at = fail_at
+
+    def before_step(self, calls: int) -> None:
+        if os.environ.get("LOCAL_RANK", "0") != str(self.rank):
+            return
+        if Path(self.marker).exists() or calls == self.fail_at:
+            Path(self.marker).write_text(f"broken on rank {self.rank}")
+            raise RuntimeError(f"simulator broke at call {calls} on rank {self.rank}")
+
+
+class RaisesInActorsCartPole(StepHookCartPole):
+    """The torch CartPole whose every ``fail_at``-th step raises in an actor process (any process but the one that
+    built it, the learner, whose evaluations play it without failing): each fresh actor meets it again after the
+    same number of ticks, an env that raises every few rollouts."""
+
+    def __init__(self, fail_at: int = 40) -> None:
+        super().__init__()
+        self.fail_at = fail_at
+        self.learner_pid = os.getpid()
+
+    def before_step(self, calls: int) -> None:
+        if os.getpid() != self.learner_pid and calls % self.fail_at == 0:
             raise RuntimeError(f"contact solver diverged at call {calls}")

@@ -5,6 +5,7 @@ Importing this module registers the Gymnasium id ``RLTest/Counting-v0``; CLI run
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -139,3 +140,17 @@ class MarkAfterUpdates(Callback):
         if not self.path.exists():
             self.path.write_text(str(pl_module.updates))
         time.sleep(self.sleep_s)
+
+
+class RecordRankEnd(Callback):
+    """Writes ``<directory>/rank<r>.json`` (updates, env steps) on each DDP rank when its fit ends normally, so a test
+    of a CLI run sees every rank's counters, not only those of the checkpoint rank 0 writes."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = Path(directory)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        datamodule = trainer.datamodule
+        counts = {"updates": pl_module.updates, "env_steps": datamodule.env_steps,
+                  "local_env_steps": datamodule.local_env_steps}  # fmt: skip
+        (self.directory / f"rank{trainer.global_rank}.json").write_text(json.dumps(counts))

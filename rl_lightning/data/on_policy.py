@@ -21,7 +21,7 @@ from rl_lightning.data.fused_step import require_fusable
 from rl_lightning.data.seed_generations import generations_used
 from rl_lightning.data.selfplay import make_selfplay
 from rl_lightning.envs.base import BatchedEnv, EnvSpec, TorchEnv
-from rl_lightning.errors import ConfigError
+from rl_lightning.errors import ConfigError, EnvError
 
 if TYPE_CHECKING:
     from rl_lightning.data.actors.ray_pool import RayActorPool
@@ -66,7 +66,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
             function) under ``torch.compile`` (``FusedCollector``). Needs a torch-native env that steps from noise
             (CartPole, Pendulum, Catch) and PPO with Discrete or Box actions; anything else is refused at setup. The
             first rollout compiles (seconds; inductor's disk cache shortens it in later processes). On CPU it pays
-            most with few envs, where per-op overhead dominates (benchmarks/README.md has the figures).
+            most with few envs, where per-op overhead dominates (benchmarks/NOTES.md has the figures).
         seats: multi-seat games: who plays each seat, ``{seat: kind}`` (a seat number, or the env's agent name:
             PettingZoo ``{player_1: random}``) with kind ``self`` (the learning policy; the
             default for unlisted seats), ``league``, ``random``, a bot class path or a ``.ckpt`` file
@@ -166,6 +166,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         # (actors: a rank dropped a stale rollout, whose env steps count); summed collectively, so every rank holds
         # the same ``env_steps`` and stops at the same update.
         self._env_steps_skew = 0
+        self._ranks_stopping = False  # every rank raises one rank's actor failure (``_every_rank_stops``)
         self.collector: Collector | None = None
         self.last_rollout: Rollout | None = None
         self._restored: dict[str, Any] | None = None
@@ -292,12 +293,21 @@ class OnPolicyDataModule(pl.LightningDataModule):
         if self.selfplay is not None:
             self.selfplay.before_rollout(module)  # the learner's league, checkpointed; the actors keep mirrors
         self.actors.publish(module.state_dict(), module.policy_version)
-        gathered = self.actors.next_rollout(module.policy_version)
+        try:
+            gathered = self.actors.next_rollout(module.policy_version)
+        except EnvError as err:  # this rank's actors failed for good: under DDP every rank stops with it, now
+            if self.world_size == 1:
+                raise
+            sent = _gather_per_rank((err, 0, {}), self.world_size)  # the update's collective, as the others send it
+            raise self._every_rank_stops([failure for failure, _, _ in sent]) or err from None
         counted = gathered.env_steps * self.world_size
-        if self.world_size > 1:  # one collective per update: every rank's env steps and finished episodes
-            per_rank = _gather_per_rank((gathered.env_steps, gathered.episode_sums), self.world_size)
-            counted = sum(steps for steps, _ in per_rank)
-            gathered.stats.update(episode_means(_merge_sums([sums for _, sums in per_rank])))
+        if self.world_size > 1:  # one collective per update: a failure, or every rank's env steps and episodes
+            per_rank = _gather_per_rank((None, gathered.env_steps, gathered.episode_sums), self.world_size)
+            failure = self._every_rank_stops([failure for failure, _, _ in per_rank])
+            if failure is not None:
+                raise failure
+            counted = sum(steps for _, steps, _ in per_rank)
+            gathered.stats.update(episode_means(_merge_sums([sums for _, _, sums in per_rank])))
         self.local_env_steps += gathered.env_steps
         self._env_steps_skew += counted - gathered.env_steps * self.world_size
         stats = {name: torch.tensor(value) for name, value in gathered.stats.items()}
@@ -307,6 +317,19 @@ class OnPolicyDataModule(pl.LightningDataModule):
             stats["perf/env_sps"] = torch.tensor(counted / elapsed)
         self._last_update_end = now
         return gathered.batch.to(module.device), stats
+
+    def _every_rank_stops(self, failures: list[EnvError | None]) -> EnvError | None:
+        """The first failing rank's ``EnvError`` (what each rank sent in the update's collective), for every rank to
+        raise in the same update: a rank that stopped alone would leave the others waiting for it in a collective
+        until its exit broke them (a traceback and exit code 1, or the launcher SIGKILLed). ``None``: none failed."""
+        failed = [(rank, failure) for rank, failure in enumerate(failures) if failure is not None]
+        if not failed:
+            return None
+        rank, failure = failed[0]
+        self._ranks_stopping = True
+        if self.trainer is not None and self.trainer.global_rank != 0:
+            torch.distributed.barrier()  # until rank 0 saved its checkpoint and stopped its actors (on_exception)
+        return EnvError(failure.env, failure.index, failure.num_envs, f"on DDP rank {rank} {failure.problem}")
 
     def rollout_stats(self, episode: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """``rollout/*`` episode stats (synced over ranks) and ``perf/*`` rates of the rollout just collected.
@@ -383,8 +406,12 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self._serial_generation = generation
 
     def on_exception(self, exception: BaseException) -> None:
-        """Stop the actors (after the callbacks, ``FaultCheckpoint`` among them, have saved what they save)."""
+        """Stop the actors (after the callbacks, ``FaultCheckpoint`` among them, have saved what they save). When
+        every DDP rank stops on one rank's actor failure, rank 0 then lets the others go on to exit: Lightning's
+        launcher SIGKILLs rank 0 if it sees another rank exit non-zero first."""
         self._stop_actors()
+        if self._ranks_stopping and self.trainer is not None and self.trainer.global_rank == 0:
+            torch.distributed.barrier()
 
     def _stop_actors(self) -> None:
         if self.actors is not None:
