@@ -83,6 +83,8 @@ def main(args: Sequence[str] | None = None) -> None:
         cause = _user_error(err) or (err if isinstance(err, EnvError) else None)
         if cause is None:
             raise
+        if getattr(cause, "said_on_rank_zero", False):  # a DDP rank stopping with rank 0's line: said once, there
+            raise SystemExit(2) from None
         notes = "".join(f"; {note}" for note in getattr(err, "__notes__", []))
         print(f"rl-lightning: error: {cause}{notes}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -111,7 +111,7 @@ def test_a_users_env_that_raises_once_on_one_rank_is_replaced_and_both_ranks_fin
 def test_an_env_that_always_raises_stops_both_ranks_with_a_checkpoint_and_one_line(tmp_path, broken):
     """The first actor breaks at its 40th tick (its 3rd rollout, after 2 updates), every restart at its first; with
     ``actor_max_failures: 2`` its rank stops, and the other with it in the same update (on one rank only, the other
-    would otherwise wait for it in a collective). Each rank says the one error; rank 0 adds where its checkpoint is."""
+    would otherwise wait for it in a collective). The run says the error once, on rank 0, with its checkpoint."""
     marker = str(tmp_path / "broken")
     if broken == "both ranks":  # a simulator broken for good on the machine: every rank's actors meet it
         env = {"class_path": "tests.actor_envs.BreaksForGoodCartPole", "init_args": {"marker": marker}}
@@ -124,12 +124,9 @@ def test_an_env_that_always_raises_stops_both_ranks_with_a_checkpoint_and_one_li
     assert code == 2, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
     lines = [line for line in out.splitlines() if line.startswith(ERROR_PREFIX)]
-    assert len(lines) == RANKS, out[-3000:]  # one per rank...
-    noted = [line for line in lines if "; checkpoint of update" in line]
-    assert len(noted) == 1, lines
-    line = noted[0]
-    assert {row.split("; checkpoint of update")[0] for row in lines} == {line.split("; checkpoint of update")[0]}
-    assert f"env 'CartPole' on DDP rank {failing} in actor 0: " in line, line  # ...of the same error
+    assert len(lines) == 1, out[-3000:]  # one line for the run, rank 0's (the other ranks stop quietly with it)
+    line = lines[0]
+    assert f"env 'CartPole' on DDP rank {failing} in actor 0: " in line, line
     assert "failed 2 times in a row" in line, line
     assert "RuntimeError: simulator broke at call 1" in line, line
     assert "checkpoint of update 2 saved to" in line, line

@@ -329,7 +329,9 @@ class OnPolicyDataModule(pl.LightningDataModule):
         self._ranks_stopping = True
         if self.trainer is not None and self.trainer.global_rank != 0:
             torch.distributed.barrier()  # until rank 0 saved its checkpoint and stopped its actors (on_exception)
-        return EnvError(failure.env, failure.index, failure.num_envs, f"on DDP rank {rank} {failure.problem}")
+        error = EnvError(failure.env, failure.index, failure.num_envs, f"on DDP rank {rank} {failure.problem}")
+        error.said_on_rank_zero = self.trainer is not None and self.trainer.global_rank != 0  # one line, not per rank
+        return error
 
     def rollout_stats(self, episode: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """``rollout/*`` episode stats (synced over ranks) and ``perf/*`` rates of the rollout just collected.
