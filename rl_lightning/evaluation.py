@@ -17,6 +17,7 @@ from tensordict import TensorDict
 
 from rl_lightning import keys, stop
 from rl_lightning.envs.base import BatchedEnv, EnvSpec, TorchEnv, data_device
+from rl_lightning.learner_waits import pause_point
 from rl_lightning.video import FrameRecorder
 
 _CHECK_EVERY = 32  # env steps between the (host-syncing) "all episodes finished?" checks
@@ -59,6 +60,7 @@ def play_episodes(
     as given: the Evaluation callback passes the training env's evaluation form (``TorchEnv.fresh``). The
     episodes' env states are released at the end; ``env`` itself stays open for the caller to reuse and close.
     A ``recorder`` draws the state of its first rows before every step (rendering costs nothing when there is none).
+    Played in a background thread (``rl_lightning.learner_waits``), each step first waits for the learner to wait.
     """
     batched = BatchedEnv(env, num_episodes, device, seed=seed)
     act = None if policy == "random" else policy.acting_policy(batched, deterministic, training=False)  # type: ignore[attr-defined]
@@ -70,6 +72,7 @@ def play_episodes(
     try:
         for step in range(max_steps):
             stop.check()  # SIGTERM/Ctrl+C: stop within one env step (rl_lightning.stop)
+            pause_point()  # in a background evaluation (Evaluation(background=true)), wait for the learner to wait
             if recorder is not None:
                 recorder.capture(batched.state)
             action = random_action(env.spec, obs, generator) if act is None else act(obs, generator)[keys.ACTION]

@@ -14,8 +14,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from rl_lightning.callbacks.background_run import BackgroundRun, frozen_policy, plays_beside_training
 from rl_lightning.callbacks.cadence import Cadence
-from rl_lightning.env_step_log import log_at_env_step, to_floats
+from rl_lightning.env_step_log import log_at_env_step, publish_to_callbacks, to_floats
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.errors import ConfigError
 from rl_lightning.evaluation import DEFAULT_MAX_STEPS, Episodes, episode_metrics, play_episodes
@@ -57,6 +58,25 @@ class Evaluation(Callback):
     on rank zero, as one ``eval/video`` summary at the evaluation's env step (TensorBoard's IMAGES tab, one
     animated GIF with the episodes side by side). It needs ``pip install -e ".[video]"``.
 
+    With ``background``, each evaluation plays beside training (``rl_lightning.callbacks.background_run``): when one
+    falls due, the callback takes a frozen copy of the acting policy (every weight and buffer, observation
+    normalisers' statistics included) and a thread of the learner plays the episodes on the eval env with it, one
+    env step at a time, only while the learner waits for its actors' rollouts, so it takes the learner's idle time
+    and not the actor's. The episodes are exactly the foreground's for the same weights (same env, seed and
+    settings). Its record is logged at the env step (and update) the copy was taken at, once its episodes end: it is
+    checked at each later update, and ``rl_lightning.callbacks.EarlyStopping`` and ``RLCheckpoint(monitor=...)`` read
+    the value then, so a monitored value arrives late by up to one evaluation. The checkpoint that ranks on it holds
+    the weights of the update the value arrived at, not the ones that scored it; keep ``background: false`` where
+    the best checkpoint must hold exactly the scored weights. One evaluation is in flight at a time: when the next
+    falls due while one still plays, the learner waits for it first (no queue). The end of training waits for it
+    too, before the last checkpoint, then evaluates the last update in the foreground unless it was the one just
+    taken. A stop request (SIGTERM, Ctrl+C) ends it within one env step, and what it raised is raised in the
+    learner's thread; one still playing when a checkpoint is saved (a stop's included) is played again, with the
+    then current weights, after a resume. It needs actors (``data.num_actors >= 1``) and one device; otherwise
+    evaluations play in the foreground, with a notice: a serial learner never waits, so the episodes would advance
+    only when waited on (the foreground's cost, later), and a thread not gated on the learner's waits would contend
+    with every update for the GIL (``rl_lightning.learner_waits``).
+
     Args:
         every_n_updates: evaluate after every this many learner updates.
         every_n_env_steps: evaluate each time the env-step counter crosses a multiple of this.
@@ -75,6 +95,9 @@ class Evaluation(Callback):
             torch-native env that steps from noise, PPO with Discrete or Box actions), deterministic evaluation and
             no ``record_video``. It pays only over many evaluations: compiling takes seconds, an evaluation of a few
             hundred steps a fraction of one.
+        background: play each evaluation on a frozen copy of the policy in the learner's waits for its actors
+            (see above); not with ``record_video`` or ``compile``. ``validate``/``test`` always play in the
+            foreground.
     """
 
     def __init__(
@@ -89,6 +112,7 @@ class Evaluation(Callback):
         record_video: int = 0,
         video_fps: int = 30,
         compile: bool = False,
+        background: bool = False,
     ) -> None:
         self.cadence = Cadence("Evaluation", every_n_updates, every_n_env_steps)
         if num_episodes < 1:
@@ -109,6 +133,21 @@ class Evaluation(Callback):
                 f"Evaluation: compile=true plays without rendering, so record_video={record_video} cannot record; "
                 "set one of them off"
             )
+        if background and record_video:
+            raise ConfigError(
+                f"Evaluation: background=true plays in a thread beside training, which renders nothing, so "
+                f"record_video={record_video} cannot record; set record_video: 0 or background: false"
+            )
+        if background and compile:
+            raise ConfigError(
+                "Evaluation: background=true plays a frozen copy step by step in the learner's waits, but compile=true "
+                "runs a step compiled around the live module; set one of them off"
+            )
+        self.background = background
+        self._in_background = False  # resolved at setup: ``background`` where the learner waits for actors
+        self._pending: BackgroundRun | None = None
+        self._copy: Any = None  # the frozen policy background evaluations play (its weights reloaded each time)
+        self._before_pending: tuple[int, int] | None = None  # (last taken update, cadence counter) before it
         self.compile = compile
         self._compiled: CompiledEpisodes | None = None
         self.record_video = record_video
@@ -121,7 +160,8 @@ class Evaluation(Callback):
         self.seed = seed
         self.max_steps = max_steps
         self.random_return: float | None = None
-        self.last_updates = -1
+        self.last_updates = -1  # the update whose end saw the latest record reach the monitors (EarlyStopping)
+        self._last_taken = -1  # the update the latest background evaluation measured (or the foreground's)
         self.eval_seconds = 0.0  # wall time spent evaluating (benchmarks subtract it from training time)
         self.history: list[dict[str, float]] = []
         self._built_env: TorchEnv | None = None  # the env built from the datamodule's, once per fit
@@ -143,13 +183,22 @@ class Evaluation(Callback):
 
     @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if trainer.sanity_checking or not self.should_evaluate(pl_module):
+        if trainer.sanity_checking:
             return
-        self.evaluate(trainer, pl_module)
+        if self._pending is not None and self._pending.done():
+            self._log_pending(trainer, pl_module)
+        if not self.should_evaluate(pl_module):
+            return
+        if self._in_background:
+            self._start_background(trainer, pl_module)
+        else:
+            self.evaluate(trainer, pl_module)
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: Any) -> None:
-        if pl_module.updates > 0 and self.last_updates != pl_module.updates:
+        if self._pending is not None:  # before the last checkpoint, which may monitor its value
+            self._log_pending(trainer, pl_module)
+        if pl_module.updates > 0 and self._evaluated_updates() != pl_module.updates:
             self.evaluate(trainer, pl_module, on_step=False)
 
     def check_datamodule(self, datamodule: Any) -> None:
@@ -168,6 +217,11 @@ class Evaluation(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
         self.check_datamodule(trainer.datamodule)
         self._resolved_deterministic = self._deterministic(pl_module)
+        self._in_background = (
+            self.background
+            and stage == "fit"
+            and plays_beside_training("Evaluation", getattr(trainer, "datamodule", None), trainer.world_size)
+        )
         if self.compile:
             require_compiled_evaluation(pl_module, self.env or trainer.datamodule.env, self._deterministic(pl_module))
         if self.record_video and trainer.is_global_zero:  # only rank zero records: fail there before training
@@ -177,6 +231,10 @@ class Evaluation(Callback):
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: Any, stage: str) -> None:
+        if self._pending is not None:  # the run ended (or failed) without waiting for it
+            self._pending.abandon()
+            self._pending = None
+        self._copy = None
         if self._built_env is not None:  # an ``env`` given by the user stays the user's to close
             self._built_env.close()
             self._built_env = None
@@ -193,14 +251,9 @@ class Evaluation(Callback):
     def evaluate(self, trainer: pl.Trainer, pl_module: Any, on_step: bool = True) -> dict[str, float]:
         """Play the episodes, log ``eval/*`` once at the current env step, and return the record."""
         start = time.perf_counter()
-        if self.random_return is None:
-            env, seed = self.eval_env(trainer), self.seed + 1_000 * trainer.global_rank
-            played = play_episodes("random", env, self.num_episodes, pl_module.device, seed, True, self.max_steps)
-            self.random_return = float(episode_metrics(played, _sum_over_ranks(trainer))["episode_return"])
-        metrics = self.measure(trainer, pl_module, "eval")
-        metrics["eval/random_episode_return"] = torch.tensor(self.random_return, device=pl_module.device)
-        metrics["eval/margin_over_random"] = metrics["eval/episode_return"] - self.random_return
+        metrics = self._metrics(trainer, pl_module, self.random_return)
         record = to_floats(metrics)
+        self.random_return = record["eval/random_episode_return"]
         if not trainer.sanity_checking and trainer.state.fn == "fit" and trainer.training:
             # Already over all ranks' episodes (summed above), so identical on every rank: sync_dist says so to
             # Lightning (its epoch-level check warns otherwise) and averaging equal values changes nothing.
@@ -208,11 +261,60 @@ class Evaluation(Callback):
                 metrics, on_step=on_step, on_epoch=not on_step, batch_size=1, logger=False, sync_dist=True
             )
             log_at_env_step(trainer, record, pl_module.env_steps)
-        self.last_updates = pl_module.updates
+        self.last_updates = self._last_taken = pl_module.updates
         self.eval_seconds += time.perf_counter() - start
         record.update(env_steps=pl_module.env_steps, updates=pl_module.updates)
         self.history.append(record)
         return record
+
+    def _metrics(self, trainer: pl.Trainer, pl_module: Any, random_return: float | None) -> dict[str, torch.Tensor]:
+        """One evaluation's ``eval/*`` of ``pl_module`` (the live module, or a background run's frozen copy), the
+        random baseline played first while ``random_return`` is not known yet."""
+        if random_return is None:
+            env, seed = self.eval_env(trainer), self.seed + 1_000 * trainer.global_rank
+            played = play_episodes("random", env, self.num_episodes, pl_module.device, seed, True, self.max_steps)
+            random_return = float(episode_metrics(played, _sum_over_ranks(trainer))["episode_return"])
+        metrics = self.measure(trainer, pl_module, "eval")
+        metrics["eval/random_episode_return"] = torch.tensor(random_return, device=pl_module.device)
+        metrics["eval/margin_over_random"] = metrics["eval/episode_return"] - random_return
+        return metrics
+
+    def _start_background(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        """Take a frozen copy of the policy now and play its episodes in the learner's waits (``background``),
+        after waiting for the previous one if it still plays."""
+        if self._pending is not None:
+            self._log_pending(trainer, pl_module)
+        start = time.perf_counter()
+        wait_for_policy(pl_module)  # the acting weights are whole before they are copied
+        copy = self._copy = frozen_policy(pl_module, self._copy)
+        self.eval_env(trainer)  # built here, in the learner's thread, at the first evaluation
+        counter = pl_module.env_steps if self.cadence.counter == "env_steps" else pl_module.updates
+        self._before_pending = (self._last_taken, counter)
+        random_return = self.random_return
+
+        def play() -> dict[str, float]:
+            return to_floats(self._metrics(trainer, copy, random_return))
+
+        self._pending = BackgroundRun(play, pl_module.env_steps, pl_module.updates)
+        self._last_taken = pl_module.updates
+        self.eval_seconds += time.perf_counter() - start
+
+    def _log_pending(self, trainer: pl.Trainer, pl_module: Any) -> None:
+        """Wait for the background evaluation (if it still plays) and log its record at the env step it was taken
+        at; it reaches the monitors now, at the end of this update."""
+        pending, self._pending = self._pending, None
+        assert pending is not None
+        start = time.perf_counter()
+        try:
+            record = pending.wait()
+        finally:
+            self.eval_seconds += time.perf_counter() - start  # the learner's time it took, not the thread's
+        self._before_pending = None  # not before: a stop request (or error) it raised leaves it for a resume to replay
+        self.random_return = record["eval/random_episode_return"]
+        publish_to_callbacks(trainer, record)
+        log_at_env_step(trainer, record, pending.env_steps)
+        self.last_updates = pl_module.updates  # EarlyStopping checks after this update: the value just arrived
+        self.history.append({**record, "env_steps": pending.env_steps, "updates": pending.updates})
 
     def measure(
         self,
@@ -259,22 +361,32 @@ class Evaluation(Callback):
             write_video(loggers, "eval/video", recorder.video(played.lengths), pl_module.env_steps, self.video_fps)
         return played
 
+    def _evaluated_updates(self) -> int:
+        """The update the latest evaluation measured: in the foreground the one it reached the monitors at
+        (``last_updates``, which subclasses that play their own ``evaluate`` set), in the background the one its copy
+        was taken at."""
+        return self._last_taken if self._in_background else self.last_updates
+
     def _deterministic(self, pl_module: Any) -> bool:
         return pl_module.eval_deterministic if self.deterministic is None else self.deterministic
 
     @override
     def state_dict(self) -> dict[str, Any]:
+        last_updates, cadence = self._evaluated_updates(), self.cadence.state_dict()
+        if self._before_pending is not None:  # still playing: a resumed run plays it again at its first update
+            last_updates, counter = self._before_pending
+            cadence["last_seen"] = counter // self.cadence.every * self.cadence.every - 1
         return {
             "random_return": self.random_return,
-            "last_updates": self.last_updates,
-            "cadence": self.cadence.state_dict(),
+            "last_updates": last_updates,
+            "cadence": cadence,
             "deterministic": self._resolved_deterministic,  # read by ``load_policy``; the config wins on resume
         }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.random_return = state_dict["random_return"]
-        self.last_updates = state_dict["last_updates"]
+        self.last_updates = self._last_taken = state_dict["last_updates"]
         if "cadence" in state_dict:
             self.cadence.load_state_dict(state_dict["cadence"])
 
