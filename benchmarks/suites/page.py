@@ -95,7 +95,7 @@ def _page(suite: Suite, done: list[tuple[Entry, int]], table: dict, figures: Pat
         "",
         f"    python benchmarks/suites/run.py {suite.name}",
         "",
-        f"Hardware: {', '.join(machines) or 'not recorded'}. Runs ended {ended[0]} to {ended[-1]} (UTC)."
+        f"Hardware: {', '.join(machines) or 'not recorded'}. {_dates(ended)} {_load(processes)}"
         if ended
         else "Hardware: not recorded.",
         "",
@@ -126,6 +126,19 @@ def _page(suite: Suite, done: list[tuple[Entry, int]], table: dict, figures: Pat
         "",
     ]
     return "\n".join(lines)
+
+
+def _dates(ended: list[str]) -> str:
+    return f"Runs ended {ended[0]} (UTC)." if ended[0] == ended[-1] else f"Runs ended {ended[0]} to {ended[-1]} (UTC)."
+
+
+def _load(processes: list[dict]) -> str:
+    """The machine's 1-minute load average at the fits' starts and ends: above the core count, other work shared
+    the box and the wall times are longer than this trainer's own."""
+    loads = [x for p in processes for seg in p["segments"] for x in seg.get("load_average", [])]
+    if not loads:
+        return ""
+    return f"Load average around the fits: median {statistics.median(loads):.1f}, highest {max(loads):.1f}."
 
 
 def _row(suite: Suite, entry: Entry, group: dict | None, done: list[tuple[Entry, int]]) -> str:

@@ -98,6 +98,7 @@ def fit(suite: Suite, entry: Entry, seed: int, log) -> bool:
     record = json.loads(record_path.read_text()) if record_path.is_file() and resume is not None else {"segments": []}
     log(f"{entry.name} seed {seed}: {'resuming' if resume else 'starting'}: {' '.join(command)}")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load_before = os.getloadavg()[0]
     start = time.monotonic()
     with open(folder / "fit.log", "a") as console:
         code = _run_to_the_end([sys.executable, "-m", "rl_lightning.cli", *command[1:]], console)
@@ -111,6 +112,7 @@ def fit(suite: Suite, entry: Entry, seed: int, log) -> bool:
             "cpu_user_s": round(after.ru_utime - before.ru_utime, 1),
             "cpu_system_s": round(after.ru_stime - before.ru_stime, 1),
             "ended": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # 1-minute, at start and end
         }
     )
     record.update(
