@@ -59,11 +59,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     failed = []
     if not args.draw:
-        for entry, seed in todo:
-            if fit(suite, entry, seed, log=_say):
-                summarise(suite, entry, seed)
-            else:
-                failed.append(f"{entry.name} seed {seed}")
+        try:
+            for entry, seed in todo:
+                if fit(suite, entry, seed, log=_say):
+                    summarise(suite, entry, seed)
+                else:
+                    failed.append(f"{entry.name} seed {seed}")
+        except KeyboardInterrupt:  # Ctrl+C or SIGTERM: the fit under way saved its checkpoint and stopped
+            _say("stopped; the same command resumes the run that was cut short and runs the rest")
+            return 130
     if not args.no_draw:
         draw_suite(suite, log=_say)
     if failed:
