@@ -151,3 +151,19 @@ class RaisesInActorsCartPole(StepHookCartPole):
     def before_step(self, calls: int) -> None:
         if os.getpid() != self.learner_pid and calls % self.fail_at == 0:
             raise RuntimeError(f"contact solver diverged at call {calls}")
+
+
+class BreaksOnTheBuildersRankCartPole(BreaksOnOneRankCartPole):
+    """``BreaksOnOneRankCartPole`` for actors that do not inherit the rank's environment (Ray actors, started by a
+    cluster's raylet): the rank is the one whose learner built the env (``LOCAL_RANK`` there), carried with it."""
+
+    def __init__(self, marker: str, rank: int, fail_at: int = 40) -> None:
+        super().__init__(marker, rank, fail_at)
+        self.built_on = os.environ.get("LOCAL_RANK", "0")
+
+    def before_step(self, calls: int) -> None:
+        if self.built_on != str(self.rank):
+            return
+        if Path(self.marker).exists() or calls == self.fail_at:
+            Path(self.marker).write_text(f"broken on rank {self.rank}")
+            raise RuntimeError(f"simulator broke at call {calls} on rank {self.rank}")

@@ -136,7 +136,11 @@ class RayActorPool:
         """A fresh Ray actor ``index`` of ``generation``, on the node with the most room (other nodes first)."""
         spec = actor_spec(self.settings, self.env, self.policy, self.recipe(), index, generation, os.getpid())
         node = self._roomiest_node(index)
-        strategy = "DEFAULT" if node is None else NodeAffinitySchedulingStrategy(node, soft=True)
+        # Spill: another DDP rank's pool, which this one does not see, may have taken that node's CPU first; run
+        # wherever a CPU is free rather than wait on that node for ever.
+        strategy = (
+            "DEFAULT" if node is None else NodeAffinitySchedulingStrategy(node, soft=True, _spill_on_unavailable=True)
+        )
         handle = self._remote.options(scheduling_strategy=strategy).remote(spec)
         self._handles.append(handle)
         return _Actor(spec, handle, node)
