@@ -24,11 +24,13 @@ def draw_suite(suite: Suite, log: Callable[[str], None]) -> Path | None:
         return None
     docs = ROOT[0] / "docs" / "benchmarks"
     figures = docs / suite.name
-    command = [sys.executable, "-m", "rl_lightning.cli", "plot", "--out", str(figures), "--metric", suite.metric]
+    folders, options = [], ["--out", str(figures), "--metric", suite.metric]
     for entry in dict.fromkeys(e for e, _ in done):
         folder = results_root() / suite.name / entry.name
-        command += [str(folder), "--label", f"{folder}/*={entry.legend}"]
-        command += [f"--reference={r.label}={r.value:g}@{entry.task}" for r in entry.references]
+        folders.append(str(folder))
+        options += ["--label", f"{folder}/*={entry.legend}"]
+        options += [f"--reference={r.label}={r.value:g}@{entry.task}" for r in entry.references]
+    command = [sys.executable, "-m", "rl_lightning.cli", "plot", *folders, *options]
     tasks = {e.task for e, _ in done}
     for task, (low, high) in suite.normalise.items():
         if task in tasks:

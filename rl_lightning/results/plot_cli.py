@@ -74,7 +74,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(args: Sequence[str]) -> int:
     """Parse ``args`` (after ``plot``), check everything, then write the figures and tables; prints what it wrote."""
-    ns = parser().parse_args(list(args))
+    ns = parser().parse_intermixed_args(list(args))  # run folders may come between the options
     if ns.reps < 1 or ns.points < 2:
         raise ConfigError(f"plot: --reps {ns.reps} and --points {ns.points} must be at least 1 and 2")
     todo = plan(ns)
