@@ -155,12 +155,38 @@ def _run_to_the_end(command: list[str], console) -> int:
             child.wait()
 
 
+#: The tags a committed summary keeps: what the pages draw and what a reader checks a curve with.
+KEPT_TAGS = (
+    "eval/", "rollout/", "perf/env_sps", "policy/lag", "train/entropy", "train/approx_kl", "train/clip_fraction",
+)  # fmt: skip
+#: Points kept of a per-update series (the first and the last always): a 1M-step run logs thousands.
+MAX_POINTS = 300
+
+
+def compact(path: Path) -> Path:
+    """Keep only ``KEPT_TAGS`` in the summary at ``path``, and at most ``MAX_POINTS`` evenly spaced points of each
+    (evaluations are a few dozen, kept whole): a run's summary stays tens of kilobytes in git."""
+    data = json.loads(path.read_text())
+    kept = {}
+    for tag, series in data["scalars"].items():
+        if not tag.startswith(KEPT_TAGS):
+            continue
+        count = len(series["steps"])
+        if count > MAX_POINTS:
+            picks = sorted({round(i * (count - 1) / (MAX_POINTS - 1)) for i in range(MAX_POINTS)})
+            series = {key: [values[i] for i in picks] for key, values in series.items()}
+        kept[tag] = series
+    data["scalars"] = kept
+    path.write_text(json.dumps(data, indent=None, separators=(",", ":")) + "\n")
+    return path
+
+
 def summarise(suite: Suite, entry: Entry, seed: int) -> Path:
     """Write the finished run's summary JSON from its event files (``rl_lightning.results.summary``, the format
     ``rl-lightning plot`` reads like an event folder)."""
     from rl_lightning.results.summary import write_summary
 
-    path = write_summary(run_dir(suite, entry, seed), summary_path(suite, entry, seed))
+    path = compact(write_summary(run_dir(suite, entry, seed), summary_path(suite, entry, seed)))
     task = json.loads(path.read_text())["task"]
     if task != entry.task:  # the page finds a run's row by its task: a mismatch would leave it out
         path.unlink()
