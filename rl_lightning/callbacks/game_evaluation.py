@@ -11,10 +11,9 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
-from rl_lightning.callbacks.background_run import BackgroundRun
+from rl_lightning.callbacks.background_run import BackgroundRun, plays_beside_training
 from rl_lightning.callbacks.cadence import Cadence
 from rl_lightning.data.league import frozen_copy
 from rl_lightning.env_step_log import log_at_env_step, publish_to_callbacks
@@ -159,16 +158,7 @@ class GameEvaluation(Callback):
     def _plays_in_background(self, datamodule: Any, world_size: int) -> bool:
         """``background`` needs a learner that waits for actors, on one device; otherwise the evaluations play in
         the foreground, and a notice says why."""
-        if not self.background:
-            return False
-        why = ""
-        if not getattr(datamodule, "num_actors", 0):
-            why = "with data.num_actors=0 the learner never waits for actors"
-        elif world_size > 1:
-            why = f"on {world_size} devices each rank would log its record at a different update"
-        if why:
-            rank_zero_info(f"GameEvaluation: background=true, but {why}: evaluations play in the foreground")
-        return not why
+        return self.background and plays_beside_training("GameEvaluation", datamodule, world_size)
 
     def _check_game(self, env: TorchEnv) -> None:
         """One-line refusals of a game this callback cannot judge: one seat, game counts that do not divide among
