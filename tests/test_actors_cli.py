@@ -232,6 +232,7 @@ def test_a_learner_borrowing_idle_actor_cores_runs_a_second_thread_while_its_act
     [
         (["--data.init_args.max_policy_lag", "0"], "data.max_policy_lag=0: must be >= 1"),
         (["--data.init_args.num_actors", "8"], "data.num_actors=8 does not split data.num_envs=4"),
+        (["--data.init_args.num_actors", "3"], "data.num_actors=3 does not split data.num_envs=4"),  # 4 % 3
         (["--data.init_args.env", "tests.actor_envs.LockedCartPole"], "LockedCartPole cannot be pickled"),
         (["--data.init_args.actor_env_splits", "3"], "data.actor_env_splits=3: must be 1 (off) or 2"),
         (
@@ -244,7 +245,8 @@ def test_a_learner_borrowing_idle_actor_cores_runs_a_second_thread_while_its_act
             "Ray actors may run elsewhere: set data.actor_backend: processes",
         ),
     ],
-    ids=["lag", "actors-over-envs", "unpicklable-env", "env-splits", "borrow-without-actors", "borrow-on-ray"],
+    ids=["lag", "actors-over-envs", "actors-not-dividing-envs", "unpicklable-env", "env-splits",
+         "borrow-without-actors", "borrow-on-ray"],  # fmt: skip
 )
 def test_bad_actor_settings_are_refused_in_one_line_before_anything_starts(tmp_path, extra, expected):
     result = run_cli([*_args(tmp_path, 10 * ROLLOUT), *extra], tmp_path)
