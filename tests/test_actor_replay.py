@@ -11,7 +11,7 @@ from rl_lightning import keys
 from rl_lightning.data import ReplayDataModule
 from rl_lightning.envs import CartPole
 from tests.actor_envs import RaisesOnceCartPole
-from tests.actor_replay_toys import ACTING_OBS_MEAN, NormalizerTaggingRecipe
+from tests.actor_replay_toys import spo_normaliser_fit
 from tests.helpers import trainer
 
 
@@ -20,30 +20,7 @@ def test_spo_actors_act_with_the_normaliser_that_process_rollout_moved_before_an
     version at 0; the actors must still get them. With one slot (lag 1) rollout ``k`` starts as the learner takes
     rollout ``k - 1``, after the publish of update ``k - 1``: it acts with the statistics of rollouts
     ``0..k-2`` (or ``0..k-1`` had the actor woken late), never with the initial ones from rollout 2 on."""
-    from rl_lightning.algos import SPO
-
-    pl.seed_everything(0)
-    dm = ReplayDataModule(
-        CartPole(), num_envs=4, rollout_length=8, total_env_steps=6 * 32, buffer_size=256, batch_size=4,
-        sequence_length=4, gradient_steps=1, learning_starts=5 * 32 + 1, num_actors=1,
-    )  # fmt: skip
-    dm.actor_recipe = NormalizerTaggingRecipe  # what each actor builds (``start_pool`` reads it at every start)
-    module = SPO(env_spec=dm.env_spec, hidden_sizes=(16,), num_particles=4, search_depth=2, resample_period=2,
-                 normalize_obs=True)  # fmt: skip
-    means = [module.obs_normalizer.rms.mean.clone()]  # S_0, then S_k after process_rollout of rollout k - 1
-    acted: list[torch.Tensor] = []
-    original = module.process_rollout
-
-    def recording(batch):
-        acted.append(batch[ACTING_OBS_MEAN][0, 0].clone())
-        out = original(batch)
-        means.append(module.obs_normalizer.rms.mean.clone())
-        return out
-
-    module.process_rollout = recording
-    trainer(tmp_path).fit(module, dm)
-    assert module.policy_version == 1  # one gradient step, after the sixth rollout
-    assert len(acted) == 6
+    acted, means = spo_normaliser_fit(tmp_path, "processes")
     assert torch.equal(acted[0], means[0])
     for k in range(2, 6):
         assert any(torch.equal(acted[k], means[j]) for j in (k - 1, k)), (k, acted[k], means)

@@ -108,34 +108,9 @@ def test_spo_ray_actors_act_with_the_normaliser_that_process_rollout_moved_befor
     ``process_rollout`` moves the observation statistics; each publish puts them again, and the Ray actor loads them
     although the version is unchanged (one request in flight: rollout ``k`` is sent after the publish of update
     ``k - 1``, so it acts with the statistics of rollouts ``0..k-2``)."""
-    import lightning.pytorch as pl
+    from tests.actor_replay_toys import spo_normaliser_fit
 
-    from rl_lightning.algos import SPO
-    from rl_lightning.data import ReplayDataModule
-    from tests.actor_replay_toys import ACTING_OBS_MEAN, NormalizerTaggingRecipe
-
-    pl.seed_everything(0)
-    dm = ReplayDataModule(
-        CartPole(), num_envs=4, rollout_length=8, total_env_steps=6 * 32, buffer_size=256, batch_size=4,
-        sequence_length=4, gradient_steps=1, learning_starts=5 * 32 + 1, num_actors=1,
-    )  # fmt: skip
-    dm.actor_backend, dm.actor_recipe = "ray", NormalizerTaggingRecipe
-    module = SPO(env_spec=dm.env_spec, hidden_sizes=(16,), num_particles=4, search_depth=2, resample_period=2,
-                 normalize_obs=True)  # fmt: skip
-    means = [module.obs_normalizer.rms.mean.clone()]  # S_0, then S_k after process_rollout of rollout k - 1
-    acted: list[torch.Tensor] = []
-    original = module.process_rollout
-
-    def recording(batch):
-        acted.append(batch[ACTING_OBS_MEAN][0, 0].clone())
-        out = original(batch)
-        means.append(module.obs_normalizer.rms.mean.clone())
-        return out
-
-    module.process_rollout = recording
-    trainer(tmp_path).fit(module, dm)
-    assert module.policy_version == 1  # one gradient step, after the sixth rollout
-    assert len(acted) == 6
+    acted, means = spo_normaliser_fit(tmp_path, "ray")
     assert torch.equal(acted[0], means[0])
     for k in range(2, 6):
         assert torch.equal(acted[k], means[k - 1]), (k, acted[k], means)
