@@ -30,6 +30,8 @@ def draw_suite(suite: Suite, log: Callable[[str], None]) -> Path | None:
         folders.append(str(folder))
         options += ["--label", f"{folder}/*={entry.legend}"]
         options += [f"--reference={r.label}={r.value:g}@{entry.task}" for r in entry.references]
+        if entry.target is not None:  # the bar it is judged by, beside the published figures
+            options += [f"--reference=target={entry.target:g}@{entry.task}"]
     command = [sys.executable, "-m", "rl_lightning.cli", "plot", *folders, *options]
     tasks = {e.task for e, _ in done}
     for task, (low, high) in suite.normalise.items():

@@ -25,6 +25,11 @@ class Curve:
     dashed: bool = False
 
 
+#: Published figures' lines: greys and dashes unlike the runs' solid coloured curves, each reference its own.
+REFERENCE_COLOURS = ("0.2", "0.45", "0.65", "0.35")
+REFERENCE_DASHES = ((0, (1, 2)), (0, (4, 2)), (0, (6, 2, 1, 2)), (0, (2, 4)))
+
+
 def curves(
     title: str,
     metric: str,
@@ -45,8 +50,8 @@ def curves(
         for index, ref in enumerate(references):
             axes.axhline(
                 ref.value,
-                color="0.25",
-                linestyle=(0, (1, 2 + index)),
+                color=REFERENCE_COLOURS[index % len(REFERENCE_COLOURS)],  # told apart by colour and dash both
+                linestyle=REFERENCE_DASHES[index % len(REFERENCE_DASHES)],
                 linewidth=1.2,
                 label=f"{ref.name} ({ref.value:g})",
             )
