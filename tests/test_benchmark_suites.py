@@ -132,3 +132,37 @@ def test_every_bundled_suite_parses_and_names_configs_that_exist(path):
     for entry in suite.entries:
         assert (ROOT / entry.config).is_file()
         assert entry.references or entry.target is not None, entry.name
+
+
+def test_a_run_made_from_another_recipe_is_fitted_again_but_a_comment_changes_nothing(tmp_path):
+    """A committed run is never rerun, unless its config's settings, budget or arguments changed since; editing the
+    config's comments (where the measured figures are written down) keeps it."""
+    sys.path.insert(0, str(RUN.parent))
+    try:
+        import runs
+        from suite import Entry, Suite
+    finally:
+        sys.path.remove(str(RUN.parent))
+    config = ROOT / "configs" / "ppo.yaml"
+    copy = tmp_path / "configs" / "recipe.yaml"
+    copy.parent.mkdir()
+    copy.write_text(config.read_text())
+    entry = Entry("ppo", str(copy.relative_to(tmp_path)), "CartPole", (0,), 1000)
+    suite = Suite("s", "S", "eval/episode_return", (entry,))
+    old_repo, runs.REPO, runs.ROOT[0] = runs.REPO, tmp_path, tmp_path
+    try:
+        summary, record = runs.summary_path(suite, entry, 0), runs.process_path(suite, entry, 0)
+        summary.parent.mkdir(parents=True)
+        summary.write_text("{}")
+        record.write_text(json.dumps({"recipe_digest": runs.recipe_digest(entry)}))
+        assert runs.finished(suite, entry, 0)
+        copy.write_text("# measured: 500 on 5 of 5 seeds\n" + config.read_text())
+        assert runs.finished(suite, entry, 0)  # a comment is not a recipe
+        assert not runs.finished(suite, Entry("ppo", entry.config, "CartPole", (0,), 2000), 0)  # another budget
+        copy.write_text(config.read_text().replace("num_envs: 8", "num_envs: 4"))
+        assert not runs.finished(suite, entry, 0)
+        runs.forget(suite, entry, 0, log=lambda line: None)
+        assert not summary.exists()
+        assert not record.exists()
+    finally:
+        runs.REPO, runs.ROOT[0] = old_repo, ROOT

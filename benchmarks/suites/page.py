@@ -11,14 +11,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from runs import ROOT, process_path, results_root, summary_path
+from runs import ROOT, finished, process_path, results_root
 from suite import REPO, Entry, Suite
 
 
 def draw_suite(suite: Suite, log: Callable[[str], None]) -> Path | None:
     """Draw every finished run of ``suite`` into ``docs/benchmarks/<suite>/`` and write the page; ``None`` (and
     a line saying so) when no run has finished yet."""
-    done = [(e, s) for e in suite.entries for s in e.seeds if summary_path(suite, e, s).is_file()]
+    done = [(e, s) for e in suite.entries for s in e.seeds if finished(suite, e, s)]  # of the current recipes
     if not done:
         log(f"{suite.name}: no finished run to draw yet")
         return None
@@ -67,7 +67,7 @@ def _index(docs: Path) -> str:
     for path in sorted(SUITES.glob("*.yaml")):
         suite = load_suite(path.stem)
         total = sum(len(e.seeds) for e in suite.entries)
-        finished = sum(summary_path(suite, e, s).is_file() for e in suite.entries for s in e.seeds)
+        ran = sum(finished(suite, e, s) for e in suite.entries for s in e.seeds)
         drawn = docs / suite.name / "summary.json"
         met = "-"
         if drawn.is_file() and (docs / f"{suite.name}.md").is_file():
@@ -82,7 +82,7 @@ def _index(docs: Path) -> str:
             )
             met = f"{good} of {len(judged)} drawn"
         title = f"[{suite.title}]({suite.name}.md)" if (docs / f"{suite.name}.md").is_file() else suite.title
-        lines.append(f"| {title} | {finished} of {total} | {met} |")
+        lines.append(f"| {title} | {ran} of {total} | {met} |")
     return "\n".join(lines) + "\n"
 
 

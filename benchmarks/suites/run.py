@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # suite.py, runs.py, page.py beside this file
 
 from page import draw_suite  # noqa: E402
-from runs import ROOT, fit, summarise, summary_path  # noqa: E402
+from runs import ROOT, finished, fit, forget, summarise, summary_path  # noqa: E402
 from suite import SuiteError, load_suite  # noqa: E402
 
 
@@ -50,17 +50,19 @@ def main(argv: list[str] | None = None) -> int:
         (entry, seed)
         for entry in entries
         for seed in entry.seeds
-        if (args.seeds is None or seed in args.seeds) and not summary_path(suite, entry, seed).is_file()
+        if (args.seeds is None or seed in args.seeds) and not finished(suite, entry, seed)
     ]
     if args.list:
         for entry in entries:
-            done = [s for s in entry.seeds if summary_path(suite, entry, s).is_file()]
+            done = [s for s in entry.seeds if finished(suite, entry, s)]
             print(f"{entry.name}: done seeds {done or '-'}, missing {[s for s in entry.seeds if s not in done] or '-'}")
         return 0
     failed = []
     if not args.draw:
         try:
             for entry, seed in todo:
+                if summary_path(suite, entry, seed).is_file():  # made from an older recipe
+                    forget(suite, entry, seed, log=_say)
                 if fit(suite, entry, seed, log=_say):
                     summarise(suite, entry, seed)
                 else:

@@ -13,16 +13,19 @@ Layout (from the repository root):
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import os
 import platform
 import resource
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import yaml
 from suite import REPO, Entry, Suite
 
 #: Where runs, results and the pages go: the repository, unless ``--root`` (the tests) says otherwise.
@@ -65,6 +68,34 @@ def fit_command(suite: Suite, entry: Entry, seed: int) -> list[str]:
         *entry.args,
     ]
     return command
+
+
+def recipe_digest(entry: Entry) -> str:
+    """What a run of ``entry`` was made from: its config's settings (parsed: its comments, where the measured
+    figures are written down, do not count), its budget and its extra arguments. A run whose recorded digest
+    differs was made from another recipe and is run again."""
+    settings = yaml.safe_load((REPO / entry.config).read_text())
+    text = json.dumps([settings, entry.env_steps, list(entry.args)], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def finished(suite: Suite, entry: Entry, seed: int) -> bool:
+    """Whether the run has a committed summary made from the entry's current recipe (a record from before the
+    digest was kept counts as current)."""
+    if not summary_path(suite, entry, seed).is_file():
+        return False
+    record = process_path(suite, entry, seed)
+    made_from = json.loads(record.read_text()).get("recipe_digest") if record.is_file() else None
+    return made_from in (None, recipe_digest(entry))
+
+
+def forget(suite: Suite, entry: Entry, seed: int, log) -> None:
+    """Remove a run made from an older recipe (its summary, process record and run folder; git keeps the old
+    summary), so that it is fitted afresh rather than resumed."""
+    log(f"{entry.name} seed {seed}: {entry.config} or the entry changed since this run: fitting it again")
+    summary_path(suite, entry, seed).unlink(missing_ok=True)
+    process_path(suite, entry, seed).unlink(missing_ok=True)
+    shutil.rmtree(run_dir(suite, entry, seed), ignore_errors=True)
 
 
 def last_checkpoint(folder: Path) -> Path | None:
@@ -121,6 +152,7 @@ def fit(suite: Suite, entry: Entry, seed: int, log) -> bool:
         wall_s=round(sum(s["wall_s"] for s in record["segments"]), 1),
         cpu_s=round(sum(s["cpu_user_s"] + s["cpu_system_s"] for s in record["segments"]), 1),
         resumed=len(record["segments"]) > 1,
+        recipe_digest=recipe_digest(entry),
     )
     record_path.parent.mkdir(parents=True, exist_ok=True)
     record_path.write_text(json.dumps(record, indent=1) + "\n")
