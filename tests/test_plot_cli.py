@@ -139,8 +139,8 @@ def test_labels_group_runs_across_configs_and_mixed_tasks_get_a_figure_each(tmp_
         write_run(tmp_path / "runs" / "h" / f"version_{seed}", {"eval/episode_return": RETURNS[seed]}, WALL[seed],
                   seed=seed, env=hopper, name="ppo_hopper")  # fmt: skip
     # run folders between the options, as a script building the command per group writes them
-    plot(["runs/a", "--out", "out", "runs/b", "--label", "*/runs/[ab]=PPO", "runs/h", "--reference", "zoo=2410@Hopper-v5"],
-         tmp_path)  # fmt: skip
+    plot(["runs/a", "--out", "out", "runs/b", "--label", "*/runs/[ab]=PPO",
+          "runs/h", "--reference", "zoo=2410@Hopper-v5"], tmp_path)  # fmt: skip
     rows = table_rows((tmp_path / "out" / "summary.md").read_text())
     groups = [(r["task"], r["group"], r["seeds"]) for r in rows]
     assert groups == [("CartPole", "PPO", "4"), ("Hopper-v5", "ppo_hopper", "2")]
