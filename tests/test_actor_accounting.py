@@ -11,7 +11,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from tensordict import TensorDict
 
 from rl_lightning.algos import PPO
 from rl_lightning.child_processes import pid_alive
@@ -20,7 +19,7 @@ from rl_lightning.data.actors.gather import GENERATION_STRIDE, ActorRollout, act
 from rl_lightning.data.collector import Collector
 from rl_lightning.envs import CartPole
 from rl_lightning.envs.base import BatchedEnv
-from tests.actor_serial import assert_equal_to_serial_actors
+from tests.actor_serial import assert_equal_to_serial_actors, assert_same
 from tests.fault_envs import FaultyCartPole
 
 SEED = 100
@@ -40,14 +39,6 @@ def _serial(env, module, envs: int, seed: int) -> tuple[Collector, object]:
     """A serial collector of ``envs`` envs seeded as an actor whose first env seed is ``seed``."""
     collector = Collector(BatchedEnv(env, envs, "cpu", seed), seed=seed + 10_007)
     return collector, module.acting_policy(collector.env, training=True)
-
-
-def _assert_same(actor_batch: TensorDict, serial_batch: TensorDict) -> None:
-    names = sorted(serial_batch.keys(True, True))
-    assert sorted(actor_batch.keys(True, True)) == names
-    for name in names:
-        assert actor_batch[name].shape == serial_batch[name].shape, name
-        assert torch.equal(actor_batch[name], serial_batch[name]), name
 
 
 def _until(condition, seconds: float = 60.0) -> None:
@@ -118,10 +109,10 @@ def test_finished_rollouts_of_a_killed_actor_are_used_and_its_replacement_collec
         pool.close()
     collector, policy = _serial(env, module, 4, SEED)
     for rollout in [first, *kept]:
-        _assert_same(rollout.batch, collector.rollout(policy, 16, 0))
+        assert_same(rollout.batch, collector.rollout(policy, 16, 0))
     collector, policy = _serial(env, module, 4, SEED + GENERATION_STRIDE)  # generation 1
     for rollout in fresh:
-        _assert_same(rollout.batch, collector.rollout(policy, 16, 0))
+        assert_same(rollout.batch, collector.rollout(policy, 16, 0))
     assert [r.env_steps for r in [first, *kept, *fresh]] == [64] * 5
 
 
