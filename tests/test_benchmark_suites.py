@@ -166,3 +166,28 @@ def test_a_run_made_from_another_recipe_is_fitted_again_but_a_comment_changes_no
         assert not record.exists()
     finally:
         runs.REPO, runs.ROOT[0] = old_repo, ROOT
+
+
+def test_the_sb3_timing_table_takes_each_ratio_pair_by_pair_and_medians_them():
+    """``versus_sb3.table``: a pair's ratio is ours over SB3's of the same pair (not the ratio of the medians), so
+    a slow stretch of the machine under one pair moves both sides of it."""
+    sys.path.insert(0, str(ROOT / "benchmarks" / "suites"))
+    try:
+        from versus_sb3 import table
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks" / "suites"))
+    record = {
+        "env_steps": 50_000, "machine": "test box", "date": "2026-12-02",
+        "recipes": {"walker2d": "configs/ppo_walker2d.yaml"},
+        "rows": [
+            {"task": "walker2d", "seed": seed, "ours": {"wall_s": a, "cpu_s": b}, "sb3": {"wall_s": c, "cpu_s": d}}
+            for seed, (a, b, c, d) in enumerate([(10, 20, 40, 40), (30, 30, 60, 30), (20, 10, 100, 50)])
+        ],
+    }  # fmt: skip
+    (row,) = [line for line in table(record).splitlines() if line.startswith("| Walker2d-v5")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # medians 20 / 60 s; pair ratios 0.25, 0.5, 0.2 -> 0.25 (the ratio of the medians would say 0.33)
+    assert cells[2:5] == ["20.0", "60.0", "0.25x"]
+    # CPU: medians 20 / 40; pair ratios 0.5, 1.0, 0.2 -> 0.5
+    assert cells[5:8] == ["20.0", "40.0", "0.50x"]
+    assert cells[8] == "400"  # 20 s / 50,000 env steps in µs

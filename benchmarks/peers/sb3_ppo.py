@@ -11,8 +11,8 @@ Not part of the package: the benchmarks call it as a subprocess with ``--peer-py
 
 ``train`` times ``model.learn`` (training only; the optional evaluation afterwards is timed apart), on ``--vec``'s
 VecEnv; ``cpu_seconds`` is the process's own CPU time (user + system) over the same span.
-Settings are rl-baselines3-zoo's (``hyperparams/ppo.yml``): HalfCheetah (``normalize: true`` → ``VecNormalize``
-with the agent's γ), CartPole-v1, and Atari (``AtariWrapper``, 8 envs, ``CnnPolicy``).
+Settings are rl-baselines3-zoo's (``hyperparams/ppo.yml``): HalfCheetah and Walker2d (``normalize: true`` →
+``VecNormalize`` with the agent's γ), CartPole-v1, and Atari (``AtariWrapper``, 8 envs, ``CnnPolicy``).
 ``solve`` trains until the first evaluation (``--eval-episodes`` deterministic episodes on a separate env, every
 ``--eval-every`` env steps, checked after each update as ``benchmarks/classic/ppo.py``'s learning section does) reaches
 ``--target``, and reports the env steps there and the training seconds (evaluation time taken out).
@@ -53,6 +53,12 @@ def zoo_settings(env: str) -> dict:
             "policy_kwargs": {"log_std_init": -2, "ortho_init": False, "activation_fn": torch.nn.ReLU,
                               "net_arch": {"pi": [256, 256], "vf": [256, 256]}},
         }  # fmt: skip
+    if env == "walker2d":
+        return {
+            "n_envs": 1, "normalize": True, "policy": "MlpPolicy", "batch_size": 32, "n_steps": 512, "gamma": 0.99,
+            "learning_rate": 5.05041e-05, "ent_coef": 0.000585045, "clip_range": 0.1, "n_epochs": 20,
+            "gae_lambda": 0.95, "max_grad_norm": 1, "vf_coef": 0.871923,
+        }  # fmt: skip
     if env == "cartpole":
         return {
             "n_envs": 8, "normalize": False, "policy": "MlpPolicy", "n_steps": 32, "batch_size": 256,
@@ -64,10 +70,13 @@ def zoo_settings(env: str) -> dict:
             "n_envs": 8, "normalize": False, "policy": "CnnPolicy", "n_steps": 128, "n_epochs": 4, "batch_size": 256,
             "learning_rate": 2.5e-4, "clip_range": 0.1, "vf_coef": 0.5, "ent_coef": 0.01,
         }  # fmt: skip
-    raise SystemExit(f"--env {env!r}: choose halfcheetah, cartpole or breakout")
+    raise SystemExit(f"--env {env!r}: choose halfcheetah, walker2d, cartpole or breakout")
 
 
-ENV_IDS = {"halfcheetah": "HalfCheetah-v5", "cartpole": "CartPole-v1", "breakout": "BreakoutNoFrameskip-v4"}
+ENV_IDS = {
+    "halfcheetah": "HalfCheetah-v5", "walker2d": "Walker2d-v5", "cartpole": "CartPole-v1",
+    "breakout": "BreakoutNoFrameskip-v4",
+}  # fmt: skip
 
 
 def _breakout(**kwargs) -> gym.Env:

@@ -122,6 +122,7 @@ def _page(suite: Suite, done: list[tuple[Entry, int]], table: dict, figures: Pat
         lines.append("")
     if (figures / "aggregate.png").is_file():
         lines += ["## Across tasks", "", f"![aggregate]({suite.name}/aggregate.png)", ""]
+    lines += _versus_sb3(suite)
     lines += [
         "## Every run",
         "",
@@ -130,6 +131,27 @@ def _page(suite: Suite, done: list[tuple[Entry, int]], table: dict, figures: Pat
         "",
     ]
     return "\n".join(lines)
+
+
+def _versus_sb3(suite: Suite) -> list[str]:
+    """The suite's interleaved timing beside SB3 (``versus_sb3.py``), when one was recorded."""
+    record = results_root() / suite.name / "versus_sb3.json"
+    if not record.is_file():
+        return []
+    from versus_sb3 import table
+
+    return [
+        "## Time per env step beside SB3",
+        "",
+        "The recipes above against Stable-Baselines3 with rl-zoo's settings for the same task, whole processes timed "
+        "from outside, one after the other in one command (ours, SB3, ours, SB3), ratios pair by pair; ours "
+        "includes its evaluations and checkpoints, SB3's run is `model.learn` alone. Regenerate:",
+        "",
+        "    python benchmarks/suites/versus_sb3.py --peer-python SB3_VENV/bin/python",
+        "",
+        table(json.loads(record.read_text())),
+        "",
+    ]
 
 
 def _dates(ended: list[str]) -> str:
