@@ -9,6 +9,7 @@ import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
+import yaml
 from lightning.pytorch.callbacks import Callback
 from tensordict import TensorDict
 
@@ -187,9 +188,10 @@ from rl_lightning.algos import PPO
 from rl_lightning.envs import Pendulum
 from rl_lightning.evaluation import run_episodes
 model = PPO.load_from_checkpoint(sys.argv[1], map_location="cpu").eval()
-returns, _ = run_episodes(model, Pendulum(), 10, torch.device("cpu"), seed=12345, deterministic=True)
+episodes = int(sys.argv[2])
+returns, _ = run_episodes(model, Pendulum(), episodes, torch.device("cpu"), seed=12345, deterministic=True)
 model.obs_normalizer = None
-unnormalised, _ = run_episodes(model, Pendulum(), 10, torch.device("cpu"), seed=12345, deterministic=True)
+unnormalised, _ = run_episodes(model, Pendulum(), episodes, torch.device("cpu"), seed=12345, deterministic=True)
 print(repr(float(returns.mean())), repr(float(unnormalised.mean())))
 """
 
@@ -218,7 +220,9 @@ def test_cli_fit_checkpoint_evaluates_in_a_fresh_process_as_in_the_run(tmp_path)
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     events.Reload()
     in_run = events.Scalars("eval/episode_return")[-1].value  # the final evaluation, at the checkpoint's weights
-    done = run_python(["-c", _EVAL_SNIPPET, str(ckpt)])
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    (evaluation,) = [c for c in saved["trainer"]["callbacks"] if c["class_path"].endswith(".Evaluation")]
+    done = run_python(["-c", _EVAL_SNIPPET, str(ckpt), str(evaluation["init_args"]["num_episodes"])])
     assert done.returncode == 0, done.stderr[-3000:]
     fresh, unnormalised = map(float, done.stdout.split()[-2:])
     assert fresh == pytest.approx(in_run, rel=1e-5, abs=1e-3)
