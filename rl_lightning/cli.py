@@ -16,20 +16,14 @@ from types import ModuleType
 import torch
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from rl_lightning import stop
-from rl_lightning.cli_args import bundled_dirs, resolve_config, resolve_config_args
 from rl_lightning.data import record_cli
 from rl_lightning.errors import ConfigError, EnvError
 from rl_lightning.export import cli as export_cli
-from rl_lightning.lightning_cli import (
-    TRAINER_DEFAULTS,
-    RLArgumentParser,
-    RLLightningCLI,
-    cli_main,
-    condense_error,
-    one_callback_per_class,
-)
+from rl_lightning.lightning_cli import TRAINER_DEFAULTS, RLLightningCLI, cli_main, one_callback_per_class
+from rl_lightning.processes import stop
 from rl_lightning.results import plot_cli
+from rl_lightning.settings.cli_args import bundled_dirs, resolve_config, resolve_config_args
+from rl_lightning.settings.parser_errors import RLArgumentParser, condense_error
 from rl_lightning.tune import cli as tune_cli
 
 __all__ = [
@@ -58,7 +52,7 @@ def main(args: Sequence[str] | None = None) -> None:
     """Console entry point: bad input, a failing env or a stop signal becomes one ``rl-lightning: error: ...`` line.
 
     Exit codes: 2 for bad input or a failing env, 128 + the signal number after SIGTERM/SIGINT, which stop the
-    run at the next env step or gradient step (``rl_lightning.stop``). The notes ``FaultCheckpoint`` adds (which
+    run at the next env step or gradient step (``processes.stop``). The notes ``FaultCheckpoint`` adds (which
     checkpoint it saved) are part of the line.
     """
     put_working_directory_on_path()

@@ -7,7 +7,7 @@ One API for every algorithm, as a plain Gymnasium loop needs it::
     policy.reset()                      # a new episode (DreamerV3 clears its recurrent state; no-op otherwise)
     action = policy(obs)                # numpy in, an action of env.action_space out
 
-A ``Policy`` acts exactly as evaluation does (``rl_lightning.evaluation.play_episodes``): the module's ``act`` with
+A ``Policy`` acts exactly as evaluation does (``evaluation.episodes.play_episodes``): the module's ``act`` with
 frozen observation statistics (eval mode), sampling or not as the run's ``Evaluation`` did, then the action
 conversion every Gymnasium backend applies before ``env.step``. Evaluation plays the env's evaluation form: for an
 Atari preset, ``rl_lightning.envs.make_eval_env`` builds that env as a plain Gymnasium env.

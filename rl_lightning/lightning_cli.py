@@ -7,14 +7,10 @@ callbacks a run's settings ask for (docs/architecture.md: an algorithm builds no
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import os
-import re
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -28,12 +24,14 @@ from rl_lightning.algos.histograms import FIELD
 from rl_lightning.callbacks.eval_requests import EvalRequests
 from rl_lightning.callbacks.histograms import Histograms, check_histograms_config
 from rl_lightning.callbacks.progress import EnvStepProgressBar
-from rl_lightning.cli_args import resolve_config_args
-from rl_lightning.cpu_bfloat16 import emulated_bfloat16_notice
-from rl_lightning.errors import ConfigError, nearest
+from rl_lightning.errors import ConfigError
 from rl_lightning.lineage import check_env_spec, check_family, check_weights_fit, read_checkpoint
-from rl_lightning.loggers import check_logger_config
-from rl_lightning.trainer_errors import trainer_setting_error
+from rl_lightning.settings.checkpoint_paths import find_last_checkpoint, log_beside_run
+from rl_lightning.settings.cli_args import resolve_config_args
+from rl_lightning.settings.cpu_bfloat16 import emulated_bfloat16_notice
+from rl_lightning.settings.loggers import check_logger_config
+from rl_lightning.settings.parser_errors import RLArgumentParser, model_class
+from rl_lightning.settings.trainer_errors import trainer_setting_error
 
 TRAINER_DEFAULTS: dict[str, Any] = {
     "max_epochs": -1,  # RL runs end on data.total_env_steps (or trainer.max_steps), never on epochs
@@ -54,85 +52,6 @@ SUBCOMMAND_HELP = {
     "validate": "Evaluate a checkpoint (--ckpt_path); logs eval/*.",
     "test": "Evaluate a checkpoint (--ckpt_path); logs test/*.",
 }
-
-
-class RLArgumentParser(LightningArgumentParser):
-    """Parser whose errors are one line (field and innermost reason) instead of the usage plus a nested report."""
-
-    def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # type: ignore[override]
-        if not self.exit_on_error:  # jsonargparse's internal trial parses: keep raising for it to catch
-            super().error(message, ex)
-        close = nearest_option(message, self)
-        hint = f"; did you mean {close}?" if close else ""
-        print(
-            f"rl-lightning: error: {condense_error(message)}{hint} (see: rl-lightning {{fit,validate,test}} --help)",
-            file=sys.stderr,
-        )
-        raise SystemExit(2)
-
-
-_NOISE = ("Does not validate", "Subtypes:", "Errors:", "Given value", "- Expected a <class 'NoneType'>")
-
-
-_UNRECOGNIZED = re.compile(r"unrecognized arguments: (?:\S+ )*?(--[^\s=]+)")
-_NOT_ACCEPTED_KEY = re.compile(r"(?:Subcommand '\w+'|Group '([\w.]+)') does not accept option '([\w.]+)'")
-_NOT_ACCEPTED = re.compile(r"Parser key \"(\w+)\".*class_path '([\w.]+)'.*Option '([\w.]+)' is not accepted", re.S)
-
-
-def nearest_option(message: str, parser: LightningArgumentParser) -> str | None:
-    """The valid option nearest to the misspelt one a jsonargparse error names, if one is close: a class's init
-    argument (``model.init_args.simulations``) or a parser's option (``--trainer.max_steps``)."""
-    found = _NOT_ACCEPTED.search(message)
-    if found:
-        field, class_path, key = found.groups()
-        first, dot, rest = key.partition(".")
-        close = nearest(first, _init_arguments(class_path))
-        return f"{field}.init_args.{close}{dot}{rest}" if close else None
-    subcommands = getattr(parser._subcommands_action, "_name_parser_map", {}) if parser._subcommands_action else {}
-    options = {o for p in [parser, *subcommands.values()] for o in p._option_string_actions if o.startswith("--")}
-    found = _NOT_ACCEPTED_KEY.search(message)  # a config file's key: the hint is a key too, without dashes
-    if found:
-        group, key = found.groups()
-        close = nearest_option(f"unrecognized arguments: --{group + '.' if group else ''}{key}", parser)
-        return close.removeprefix("--") if close else None
-    found = _UNRECOGNIZED.search(message)
-    if not found:
-        return None
-    typed = found.group(1)
-    close = nearest(typed, options)
-    if close:
-        return close
-    root, dot, rest = typed.partition(".")  # --modle.init_args.lr: nested keys are not options; fix the root
-    roots = {option.split(".")[0] for option in options}
-    close = None if root in roots else nearest(root, roots)
-    return f"{close}{dot}{rest}" if close else None
-
-
-def _init_arguments(class_path: str) -> list[str]:
-    """The ``__init__`` arguments of the class at ``class_path``, its bases' too where it passes ``**kwargs`` on."""
-    cls = _model_class(class_path)
-    names: list[str] = []
-    for klass in getattr(cls, "__mro__", ()):
-        if "__init__" not in vars(klass):
-            continue
-        params = list(inspect.signature(vars(klass)["__init__"]).parameters.values())[1:]
-        names += [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
-            break
-    return names
-
-
-def condense_error(message: str) -> str:
-    """Field of a jsonargparse error plus its most specific reason, on one line."""
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    if not lines:
-        return "invalid arguments"
-    details = [line.lstrip("- ") for line in lines if not line.startswith(_NOISE)]
-    keys_path = [d.split('"')[1] for d in details if d.startswith("Parser key") and d.count('"') >= 2]
-    reasons = [d for d in details if not d.startswith(("Parser key", "Problem with given class_path"))]
-    field = ".".join(keys_path)
-    reason = reasons[0] if reasons else (details[-1] if details else "invalid value")
-    return f"{field}: {reason}" if field else reason
 
 
 class RLLightningCLI(LightningCLI):
@@ -205,10 +124,10 @@ class RLLightningCLI(LightningCLI):
         if ckpt_path is None or ckpt_path == "last":  # 'last' is found once the logger's folder is known
             return
         self._checkpoint = read_checkpoint(ckpt_path)
-        model_class = _model_class(config.get("model"))
-        family = getattr(model_class, "family", None)
+        configured = model_class(config.get("model"))
+        family = getattr(configured, "family", None)
         if family:
-            played = getattr(model_class, "plays_families", ()) if subcommand in ("validate", "test") else ()
+            played = getattr(configured, "plays_families", ()) if subcommand in ("validate", "test") else ()
             check_family(self._checkpoint, family, source=f"ckpt_path={ckpt_path!r}", accepted=played)
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> pl.Trainer:
@@ -279,7 +198,7 @@ class RLLightningCLI(LightningCLI):
         kwargs = self.config_init[self.subcommand]
         ckpt_path = kwargs.get("ckpt_path")
         if ckpt_path == "last":
-            kwargs["ckpt_path"] = ckpt_path = _find_last_checkpoint(self.trainer, required=self.subcommand != "fit")
+            kwargs["ckpt_path"] = ckpt_path = find_last_checkpoint(self.trainer, required=self.subcommand != "fit")
             if ckpt_path is not None:
                 self._checkpoint = read_checkpoint(ckpt_path)
                 if isinstance(self.model, RLModule):
@@ -317,24 +236,6 @@ def widen_piped_console() -> None:
     console.size = (max(console.width, PIPED_WIDTH), console.height)
 
 
-def log_beside_run(trainer: pl.Trainer, ckpt_path: str, subcommand: str) -> None:
-    """Log ``validate``/``test`` of a checkpoint in its fit run's folder: ``<name>/version_K/<subcommand>``.
-
-    A logger without a set version would open a new ``version_N`` sibling of the fit run for a few numbers;
-    a checkpoint under ``<save_dir>/<name>/version_K/checkpoints/`` of the same logger puts them under that run
-    instead (TensorBoard lists ``version_K/test`` beside ``version_K``). Loggers given a version keep it; a
-    checkpoint from elsewhere gets the usual new version.
-    """
-    ckpt = Path(ckpt_path).resolve()
-    if ckpt.parent.name != "checkpoints":
-        return
-    run = ckpt.parent.parent
-    for logger in trainer.loggers:
-        root = getattr(logger, "root_dir", None)
-        if root and getattr(logger, "_version", 0) is None and Path(root).resolve() == run.parent:
-            logger._version = f"{run.name}/{subcommand}"  # the version a TensorBoard/CSV logger names its folder by
-
-
 def one_callback_per_class(callbacks: list[Any]) -> list[Any]:
     """One callback per class: a later entry replaces an earlier one of the same ``class_path``, in its place.
 
@@ -352,38 +253,6 @@ def one_callback_per_class(callbacks: list[Any]) -> list[Any]:
             position[class_path] = len(kept)
         kept.append(callback)
     return kept
-
-
-def _model_class(model_config: Any) -> type | None:
-    """The configured model class (its ``family``: ``ppo``, ``spo``, ``dreamer``...), without building it."""
-    class_path = model_config if isinstance(model_config, str) else None
-    if isinstance(model_config, Namespace | dict):
-        class_path = model_config.get("class_path")
-    if not class_path:
-        return None
-    module_name, _, name = class_path.rpartition(".")
-    return getattr(importlib.import_module(module_name), name, None)
-
-
-def _find_last_checkpoint(trainer: pl.Trainer, required: bool) -> str | None:
-    """Newest ``last*.ckpt`` of any earlier version of this run (its logger's ``save_dir/name``), if one exists."""
-    roots = []
-    logger = trainer.logger
-    if logger is not None and getattr(logger, "root_dir", None):
-        roots.append(Path(logger.root_dir))
-    for callback in trainer.checkpoint_callbacks:
-        if getattr(callback, "dirpath", None):
-            roots.append(Path(callback.dirpath))
-    found = [p for root in roots if root.exists() for p in root.rglob("last*.ckpt")]
-    if not found and required:
-        raise ConfigError(
-            f"ckpt_path=last: no last*.ckpt under {[str(r) for r in roots]}; pass --ckpt_path PATH, or the same "
-            "trainer.logger save_dir/name as the fit run"
-        )
-    if not found:
-        pl.utilities.rank_zero_warn(f"ckpt_path=last: no last*.ckpt under {[str(r) for r in roots]}; starting fresh")
-        return None
-    return str(max(found, key=lambda p: p.stat().st_mtime))
 
 
 def cli_main(

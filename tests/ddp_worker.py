@@ -14,9 +14,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from rl_lightning.callbacks import Evaluation
-from rl_lightning.child_processes import pid_alive
 from rl_lightning.cli import close_process_group
 from rl_lightning.lineage import weights_digest
+from rl_lightning.processes.child_processes import pid_alive
 from tests.helpers import tiny_dreamer, tiny_ppo, tiny_spo, trainer
 
 

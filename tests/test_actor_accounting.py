@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from rl_lightning.algos import PPO
-from rl_lightning.child_processes import pid_alive
 from rl_lightning.data.actors import ActorPool, PoolSettings
 from rl_lightning.data.actors.gather import GENERATION_STRIDE, ActorRollout, actor_spec, episode_means, episode_sums
 from rl_lightning.data.collector import Collector
 from rl_lightning.envs import CartPole
 from rl_lightning.envs.base import BatchedEnv
+from rl_lightning.processes.child_processes import pid_alive
 from tests.actor_serial import assert_equal_to_serial_actors, assert_same
 from tests.fault_envs import FaultyCartPole
 
@@ -188,7 +188,7 @@ def test_a_good_rollout_resets_the_failure_streak():
 
 
 def test_an_update_starts_on_the_learners_own_threads_after_borrowing_an_idle_actors_core():
-    from rl_lightning.learner_threads import follow_actors
+    from rl_lightning.processes.learner_threads import follow_actors
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("lending needs a second core")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rl_lightning.child_processes import pid_alive
+from rl_lightning.processes.child_processes import pid_alive
 from tests.cli_process import CliRun
 from tests.cli_subprocess import ERROR_PREFIX
 from tests.test_actors_cli import ROLLOUT, _args, _descendants, _gone, _last_checkpoint

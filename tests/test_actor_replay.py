@@ -104,7 +104,7 @@ def test_a_replaced_dreamer_actor_plays_the_player_not_the_random_prefill_again(
     from rl_lightning.data.actors.gather import GENERATION_STRIDE
     from rl_lightning.data.sequence_collector import SequenceCollector
     from rl_lightning.envs.base import BatchedEnv
-    from rl_lightning.evaluation import random_action
+    from rl_lightning.envs.random_action import random_action
 
     env = RaisesOnceCartPole(str(tmp_path / "raised"), fail_at=20)  # window 0: calls 1-8, 1: 9-16, 2: 17-24
     dm = DreamerDataModule(

@@ -11,11 +11,11 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning.algos import PPO
-from rl_lightning.child_processes import pid_alive
 from rl_lightning.data.actors import ActorPool, PoolSettings
 from rl_lightning.data.collector import Collector
 from rl_lightning.envs import CartPole, Catch, GymnasiumEnv
 from rl_lightning.envs.base import BatchedEnv
+from rl_lightning.processes.child_processes import pid_alive
 from tests.actor_envs import HangOnceCartPole
 
 
@@ -194,7 +194,7 @@ def test_self_play_actor_rollouts_equal_the_serial_ones_with_league_and_bots():
 def test_dreamer_actor_windows_equal_the_serial_ones_prefill_then_player():
     from rl_lightning.data.actors.recipes import DreamerRecipe
     from rl_lightning.data.sequence_collector import SequenceCollector
-    from rl_lightning.evaluation import random_action
+    from rl_lightning.envs.random_action import random_action
     from tests.helpers import tiny_dreamer
 
     env = CartPole()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rl_lightning.child_processes import pid_alive
+from rl_lightning.processes.child_processes import pid_alive
 from tests.cli_process import CliRun
 from tests.cli_subprocess import ERROR_PREFIX, run_cli
 

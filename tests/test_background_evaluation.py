@@ -16,7 +16,7 @@ from rl_lightning.callbacks import GameEvaluation
 from rl_lightning.callbacks.background_run import BackgroundRun
 from rl_lightning.data.league import frozen_copy
 from rl_lightning.errors import ConfigError
-from rl_lightning.learner_waits import learner_waiting, pause_point
+from rl_lightning.processes.learner_waits import learner_waiting, pause_point
 from tests.cli_subprocess import run_cli
 from tests.game_match_toys import HighCard
 from tests.test_game_evaluation import MIN_BOT, _config, _scalars

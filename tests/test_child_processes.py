@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rl_lightning.child_processes import child_environ, forking_context, server_environ
+from rl_lightning.processes.child_processes import child_environ, forking_context, server_environ
 
 ROOT = Path(__file__).resolve().parents[1]
 

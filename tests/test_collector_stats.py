@@ -10,7 +10,7 @@ from tensordict import TensorDict
 from rl_lightning import keys
 from rl_lightning.data import Collector
 from rl_lightning.envs import BatchedEnv, CartPole, Pendulum
-from rl_lightning.evaluation import random_action
+from rl_lightning.envs.random_action import random_action
 
 
 def _episodes(batch):

@@ -10,8 +10,8 @@ from rl_lightning.algos import PPO
 from rl_lightning.callbacks import Evaluation
 from rl_lightning.envs import CartPole, Pendulum
 from rl_lightning.errors import ConfigError
-from rl_lightning.evaluation import play_episodes, run_episodes
-from rl_lightning.fused_evaluation import CompiledEpisodes
+from rl_lightning.evaluation.episodes import play_episodes, run_episodes
+from rl_lightning.evaluation.fused import CompiledEpisodes
 from tests.helpers import tiny_ppo, trainer
 
 ENVS = {"cartpole": lambda: CartPole(max_episode_steps=60), "pendulum": lambda: Pendulum(max_episode_steps=20)}

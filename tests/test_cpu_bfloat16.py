@@ -5,9 +5,9 @@ from __future__ import annotations
 import lightning.pytorch as pl
 import pytest
 
-from rl_lightning import cpu_bfloat16
 from rl_lightning.cli import cli_main
-from rl_lightning.cpu_bfloat16 import cpu_flags, emulated_bfloat16_notice
+from rl_lightning.settings import cpu_bfloat16
+from rl_lightning.settings.cpu_bfloat16 import cpu_flags, emulated_bfloat16_notice
 
 EMULATED = {"fpu", "sse2", "avx2", "avx512f", "avx512bw"}
 NATIVE = EMULATED | {"avx512_bf16"}

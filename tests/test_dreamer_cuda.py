@@ -29,7 +29,7 @@ from rl_lightning import keys
 from rl_lightning.callbacks import CUDAStreamWeightSync
 from rl_lightning.data import ReplayRing
 from rl_lightning.envs import CartPole
-from rl_lightning.evaluation import random_action
+from rl_lightning.envs.random_action import random_action
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -13,8 +13,9 @@ from rl_lightning import keys
 from rl_lightning.callbacks import Evaluation, RLCheckpoint
 from rl_lightning.data.sequence_collector import SequenceCollector
 from rl_lightning.envs import BatchedEnv, CartPole, Catch, Pendulum, TicTacToe
+from rl_lightning.envs.random_action import random_action
 from rl_lightning.errors import ConfigError
-from rl_lightning.evaluation import random_action, run_episodes
+from rl_lightning.evaluation.episodes import run_episodes
 from rl_lightning.lineage import weights_digest
 
 REQUIRED_METRICS = [

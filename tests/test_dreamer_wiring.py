@@ -15,7 +15,7 @@ from rl_lightning import keys
 from rl_lightning.algos.dreamer import behavior, update_graphs
 from rl_lightning.data.sequence_collector import SequenceCollector
 from rl_lightning.envs import BatchedEnv, CartPole
-from rl_lightning.evaluation import random_action
+from rl_lightning.envs.random_action import random_action
 from rl_lightning.objectives import dreamer as L
 
 T, B = 8, 3

@@ -15,12 +15,12 @@ import torch
 import yaml
 
 import rl_lightning.callbacks.evaluation as evaluation_module
-from rl_lightning import stop
 from rl_lightning.algos import PPO
 from rl_lightning.callbacks import Evaluation, background_run
 from rl_lightning.callbacks.background_run import plays_beside_training
 from rl_lightning.envs import CartPole
 from rl_lightning.errors import ConfigError
+from rl_lightning.processes import stop
 from tests.cli_subprocess import run_cli
 from tests.test_evaluation_baseline import RaisingCartPole
 from tests.test_game_evaluation import _scalars

@@ -14,7 +14,7 @@ from rl_lightning import keys
 from rl_lightning.callbacks import Evaluation
 from rl_lightning.envs import CartPole, ClassSpec, GymnasiumEnv, TicTacToe
 from rl_lightning.envs.base import EnvSpec
-from rl_lightning.evaluation import random_action
+from rl_lightning.envs.random_action import random_action
 from tests.eval_form_envs import TwoFormEnv
 from tests.helpers import tiny_ppo, trainer
 

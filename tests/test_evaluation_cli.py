@@ -117,7 +117,7 @@ REPLAY_ATARI = """
 import json, sys, torch
 from rl_lightning.algos import PPO
 from rl_lightning.envs import AleVectorEnv
-from rl_lightning.evaluation import play_episodes
+from rl_lightning.evaluation.episodes import play_episodes
 torch.set_num_threads(1)
 module = PPO.load_from_checkpoint(sys.argv[1], map_location="cpu").eval()
 train = AleVectorEnv("Breakout", atari_preset="baselines")

@@ -13,7 +13,7 @@ from rl_lightning.envs import BatchedEnv, CartPole, GymnasiumEnv, make_eval_env
 from rl_lightning.envs.gymnasium.atari import named_preset
 from rl_lightning.envs.gymnasium.backend import draw_seeds
 from rl_lightning.envs.gymnasium.factory import EnvFactory
-from rl_lightning.evaluation import run_episodes
+from rl_lightning.evaluation.episodes import run_episodes
 from tests.helpers import tiny_ppo, trainer
 
 

@@ -11,12 +11,12 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from rl_lightning import video
 from rl_lightning.callbacks import Evaluation
 from rl_lightning.envs import CartPole, Catch, GymnasiumEnv, GymnasiumVectorEnv, Pendulum
 from rl_lightning.errors import ConfigError
-from rl_lightning.evaluation import run_episodes
-from rl_lightning.video import FrameRecorder
+from rl_lightning.evaluation import video
+from rl_lightning.evaluation.episodes import run_episodes
+from rl_lightning.evaluation.video import FrameRecorder
 from tests.cli_subprocess import error_line, run_cli, snapshot
 from tests.helpers import tiny_ppo, trainer
 

@@ -7,8 +7,8 @@ import copy
 import pytest
 import torch
 
+from rl_lightning.algos.dreamer.optim import LaProp, agc_clip_
 from rl_lightning.errors import ConfigError
-from rl_lightning.optim import LaProp, agc_clip_
 
 
 def _param(values, grad):

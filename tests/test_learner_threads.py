@@ -1,11 +1,11 @@
-"""The learner borrowing idle actors' cores (``rl_lightning/learner_threads.py``), against the counts it must set."""
+"""The learner borrowing idle actors' cores (``processes/learner_threads.py``), against the counts it must set."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from rl_lightning import learner_threads
+from rl_lightning.processes import learner_threads
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ _EVAL_SNIPPET = """
 import sys, torch
 from rl_lightning.algos import SPO
 from rl_lightning.envs import TicTacToe
-from rl_lightning.evaluation import run_episodes
+from rl_lightning.evaluation.episodes import run_episodes
 model = SPO.load_from_checkpoint(sys.argv[1], map_location="cpu")
 returns, _ = run_episodes(model, TicTacToe(), 200, torch.device("cpu"), seed=2024, deterministic=False)
 print(f"{float((returns >= 0).float().mean()):.4f} {float((returns > 0).float().mean()):.4f}")

@@ -17,7 +17,7 @@ from rl_lightning.algos import PPO
 from rl_lightning.data.collector import Collector
 from rl_lightning.data.sequence_collector import SequenceCollector
 from rl_lightning.envs import BatchedEnv, CartPole, ClassSpec, GymnasiumEnv
-from rl_lightning.evaluation import random_action
+from rl_lightning.envs.random_action import random_action
 from rl_lightning.networks.cnn import impala_cnn, nature_cnn
 from rl_lightning.networks.mlp import Float32Head
 

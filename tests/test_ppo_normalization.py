@@ -186,7 +186,7 @@ _EVAL_SNIPPET = """
 import sys, torch
 from rl_lightning.algos import PPO
 from rl_lightning.envs import Pendulum
-from rl_lightning.evaluation import run_episodes
+from rl_lightning.evaluation.episodes import run_episodes
 model = PPO.load_from_checkpoint(sys.argv[1], map_location="cpu").eval()
 episodes = int(sys.argv[2])
 returns, _ = run_episodes(model, Pendulum(), episodes, torch.device("cpu"), seed=12345, deterministic=True)

@@ -16,11 +16,11 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from rl_lightning.algos import PPO
-from rl_lightning.child_processes import pid_alive
 from rl_lightning.data.actors import ActorPool, PoolSettings
 from rl_lightning.envs import CartPole
 from rl_lightning.envs.base import BatchedEnv
 from rl_lightning.errors import ConfigError, EnvError
+from rl_lightning.processes.child_processes import pid_alive
 from tests.actor_envs import BreaksForGoodCartPole
 from tests.actor_serial import assert_equal_to_serial_actors
 from tests.cli_subprocess import ERROR_PREFIX, error_line, run_cli, run_python

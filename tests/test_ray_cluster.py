@@ -12,8 +12,8 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from rl_lightning.child_processes import pid_alive
 from rl_lightning.errors import EnvError
+from rl_lightning.processes.child_processes import pid_alive
 from tests.cli_subprocess import ERROR_PREFIX, cli_environ, run_cli
 from tests.helpers import tiny_ppo, trainer
 from tests.test_actors import _deadline

@@ -12,7 +12,7 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.envs import CartPole
-from rl_lightning.evaluation import random_action
+from rl_lightning.envs.random_action import random_action
 
 
 def _on_policy(num_actors: int) -> tuple[Any, Any]:

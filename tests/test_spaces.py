@@ -17,8 +17,8 @@ from rl_lightning.data.replay import ReplayRing
 from rl_lightning.data.sequence_collector import SequenceCollector
 from rl_lightning.envs import BatchedEnv, ClassSpec, GymnasiumEnv, GymnasiumVectorEnv
 from rl_lightning.envs.gymnasium.spaces import env_spec
+from rl_lightning.envs.random_action import random_action
 from rl_lightning.errors import ConfigError
-from rl_lightning.evaluation import random_action
 from tests.helpers import tiny_ppo, trainer
 
 DTYPES = {"uint8": torch.uint8, "int32": torch.int32, "float64": torch.float64}

@@ -1,4 +1,4 @@
-"""``rl_lightning.stop``: SIGTERM / Ctrl+C handlers that request a stop, and the Python API's exit code."""
+"""``rl_lightning.processes.stop``: SIGTERM / Ctrl+C handlers that request a stop, and the Python API's exit code."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rl_lightning import stop
 from rl_lightning.cli import main
-from rl_lightning.stop import Interrupted
+from rl_lightning.processes import stop
+from rl_lightning.processes.stop import Interrupted
 
 
 def test_first_ctrl_c_requests_a_stop_and_a_second_aborts_at_once(capsys):

@@ -22,7 +22,7 @@ from tensordict import TensorDict
 from rl_lightning import keys
 from rl_lightning.callbacks import CUDAStreamWeightSync
 from rl_lightning.data.stream_handoff import StreamHandOff
-from rl_lightning.evaluation import random_action
+from rl_lightning.envs.random_action import random_action
 
 SHARED = ("ring", "episode_sums", "collector")
 

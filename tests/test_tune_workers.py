@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rl_lightning.child_processes import pid_alive
+from rl_lightning.processes.child_processes import pid_alive
 from tests.cli_subprocess import ROOT
 from tests.test_actors_cli import _descendants, _gone
 

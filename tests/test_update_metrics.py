@@ -13,8 +13,8 @@ import torch
 from helpers import tiny_dreamer, tiny_ppo, tiny_spo, trainer
 
 from rl_lightning.callbacks import RLCheckpoint
-from rl_lightning.env_step_log import publish_to_callbacks
 from rl_lightning.envs import CartPole
+from rl_lightning.reporting.env_step_log import publish_to_callbacks
 
 
 class _Seen(pl.Callback):

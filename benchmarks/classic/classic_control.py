@@ -39,7 +39,7 @@ import lightning.pytorch as pl
 import torch
 
 from rl_lightning.envs import GymnasiumEnv
-from rl_lightning.evaluation import run_episodes
+from rl_lightning.evaluation.episodes import run_episodes
 
 
 @dataclass(frozen=True)

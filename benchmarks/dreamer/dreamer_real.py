@@ -42,7 +42,7 @@ import torch
 from rl_lightning.algos.dreamer.module import LOSS_SCALES
 from rl_lightning.envs import AleVectorEnv, BatchedEnv
 from rl_lightning.envs.gymnasium.backend import draw_seeds
-from rl_lightning.evaluation import random_action
+from rl_lightning.envs.random_action import random_action
 
 WM_TERMS = ("rec", "rew", "con", "dyn", "rep")
 

@@ -32,7 +32,7 @@ from rl_lightning.callbacks import Evaluation  # noqa: E402
 from rl_lightning.cli import cli_main  # noqa: E402
 from rl_lightning.envs import CartPole  # noqa: E402
 from rl_lightning.envs.base import BatchedEnv  # noqa: E402
-from rl_lightning.evaluation import run_episodes  # noqa: E402
+from rl_lightning.evaluation.episodes import run_episodes  # noqa: E402
 
 for _name in ("lightning.pytorch", "lightning.fabric"):  # after import: lightning sets INFO on import
     logging.getLogger(_name).setLevel(logging.WARNING)

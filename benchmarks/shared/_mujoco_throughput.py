@@ -21,7 +21,7 @@ from rl_lightning.algos import PPO
 from rl_lightning.data.collector import Collector
 from rl_lightning.envs.base import BatchedEnv, TorchEnv
 from rl_lightning.envs.gymnasium import EnvPoolEnv, GymnasiumEnv, GymnasiumVectorEnv
-from rl_lightning.evaluation import random_action
+from rl_lightning.envs.random_action import random_action
 
 ENV_ID = "HalfCheetah-v5"
 BACKENDS: dict[str, Callable[[], TorchEnv]] = {

@@ -104,7 +104,7 @@ def child_fit(argv: list[str]) -> None:
 
     from rl_lightning.callbacks import Evaluation
     from rl_lightning.cli import cli_main
-    from rl_lightning.env_step_log import log_at_env_step
+    from rl_lightning.reporting.env_step_log import log_at_env_step
 
     class TimedEvaluation(Evaluation):
         """``Evaluation`` that also logs ``bench/train_seconds``: fit wall time so far minus evaluation time."""

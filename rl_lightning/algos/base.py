@@ -11,17 +11,18 @@ import lightning.pytorch as pl
 import torch
 from tensordict import TensorDict
 
-from rl_lightning import keys, stop
+from rl_lightning import keys
 from rl_lightning.algos.histograms import FIELD as HISTOGRAMS_FIELD
 from rl_lightning.algos.optimizer_steps import fresh_low_precision_weights
 from rl_lightning.algos.policy_io import obs_batch
 from rl_lightning.data.actors import PolicyFactory
-from rl_lightning.env_step_log import finite_only, log_at_env_step, publish_to_callbacks, to_floats
 from rl_lightning.envs.base import BatchedEnv, EnvSpec
 from rl_lightning.errors import ConfigError
-from rl_lightning.learner_threads import follow_actors
-from rl_lightning.lightning_notices import silence_lightning_notices
 from rl_lightning.lineage import REVISION_KEY, PolicyRevision, check_family, constructor_args, weights_digest
+from rl_lightning.processes import stop
+from rl_lightning.processes.learner_threads import follow_actors
+from rl_lightning.reporting.env_step_log import finite_only, log_at_env_step, publish_to_callbacks, to_floats
+from rl_lightning.reporting.lightning_notices import silence_lightning_notices
 
 COUNTERS_KEY = "rl_counters"
 

@@ -15,10 +15,10 @@ import torch
 
 from rl_lightning import keys
 from rl_lightning.algos.ppo import PPO, ppo_arguments
-from rl_lightning.env_step_log import finite_only, log_at_env_step, publish_to_callbacks, to_floats
 from rl_lightning.envs.base import EnvSpec
 from rl_lightning.errors import ConfigError
 from rl_lightning.networks import distributions as D
+from rl_lightning.reporting.env_step_log import finite_only, log_at_env_step, publish_to_callbacks, to_floats
 
 SAMPLES_KEY = "bc_samples"
 

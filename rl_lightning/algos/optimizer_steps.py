@@ -28,7 +28,7 @@ from lightning.pytorch.profilers import PassThroughProfiler
 from lightning.pytorch.strategies import SingleDeviceStrategy
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
-from rl_lightning.learner_threads import follow_actors
+from rl_lightning.processes.learner_threads import follow_actors
 
 _STEP_HOOKS = ("on_before_backward", "on_after_backward", "on_before_optimizer_step")
 

@@ -13,12 +13,13 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rl_lightning import keys, stop
+from rl_lightning import keys
 from rl_lightning.algos.optimizer_steps import OptimizerSteps
 from rl_lightning.algos.selfplay_targets import selfplay_targets
 from rl_lightning.data.rows import gather_rows
 from rl_lightning.errors import ConfigError
 from rl_lightning.objectives.gae import generalized_advantage_estimate
+from rl_lightning.processes import stop
 
 # What one optimiser step reports, in this order (logged as ``train/<name>``, averaged over the update's steps).
 TERM_NAMES = ("loss", "loss_policy", "loss_value", "loss_entropy", "approx_kl", "clip_fraction", "entropy", "grad_norm")

@@ -1,6 +1,6 @@
 """``BackgroundRun``: one evaluation played in a thread of the learner while training goes on.
 
-The thread is marked as gated work (``rl_lightning.learner_waits``): it advances only while the learner's main
+The thread is marked as gated work (``rl_lightning.processes.learner_waits``): it advances only while the learner's main
 thread waits for its actors, one step (a game tick) at a time, so it takes the learner's idle time and not its
 update's. ``wait`` lends it the main thread's time until it ends; ``abandon`` stops it at its next step.
 ``frozen_policy`` is the copy of the policy such work plays, and ``plays_beside_training`` says where it can run.
@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 
-from rl_lightning.learner_waits import Abandoned, learner_waiting, run_gated
+from rl_lightning.processes.learner_waits import Abandoned, learner_waiting, run_gated
 
 #: How long ``abandon`` waits for the thread to reach its next step and exit.
 ABANDON_TIMEOUT_S = 10.0

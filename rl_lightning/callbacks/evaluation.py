@@ -16,12 +16,18 @@ from typing_extensions import override
 
 from rl_lightning.callbacks.background_run import BackgroundRun, frozen_policy, plays_beside_training
 from rl_lightning.callbacks.cadence import Cadence
-from rl_lightning.env_step_log import log_at_env_step, publish_to_callbacks, to_floats
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.errors import ConfigError
-from rl_lightning.evaluation import DEFAULT_MAX_STEPS, Episodes, episode_metrics, play_episodes
-from rl_lightning.fused_evaluation import CompiledEpisodes, require_compiled_evaluation
-from rl_lightning.video import FrameRecorder, check_renders, require_video_extra, tensorboard_loggers, write_video
+from rl_lightning.evaluation.episodes import DEFAULT_MAX_STEPS, Episodes, episode_metrics, play_episodes
+from rl_lightning.evaluation.fused import CompiledEpisodes, require_compiled_evaluation
+from rl_lightning.evaluation.video import (
+    FrameRecorder,
+    check_renders,
+    require_video_extra,
+    tensorboard_loggers,
+    write_video,
+)
+from rl_lightning.reporting.env_step_log import log_at_env_step, publish_to_callbacks, to_floats
 
 
 class Evaluation(Callback):
@@ -75,7 +81,7 @@ class Evaluation(Callback):
     then current weights, after a resume. It needs actors (``data.num_actors >= 1``) and one device; otherwise
     evaluations play in the foreground, with a notice: a serial learner never waits, so the episodes would advance
     only when waited on (the foreground's cost, later), and a thread not gated on the learner's waits would contend
-    with every update for the GIL (``rl_lightning.learner_waits``).
+    with every update for the GIL (``rl_lightning.processes.learner_waits``).
 
     Args:
         every_n_updates: evaluate after every this many learner updates.

@@ -16,9 +16,9 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
-from rl_lightning import stop
 from rl_lightning.algos.base import COUNTERS_KEY
-from rl_lightning.stop import Interrupted
+from rl_lightning.processes import stop
+from rl_lightning.processes.stop import Interrupted
 
 __all__ = ["FaultCheckpoint", "Interrupted"]
 
@@ -28,7 +28,7 @@ class FaultCheckpoint(Callback):
 
     When it fires:
         * SIGTERM (what schedulers send before preemption) or a first Ctrl+C: the run stops within one env tick or
-          one gradient step, in any phase (``rl_lightning.stop``; a second Ctrl+C aborts at once). Stopped inside
+          one gradient step, in any phase (``processes.stop``; a second Ctrl+C aborts at once). Stopped inside
           an update (collecting, prefilling, taking gradient steps), it saves the snapshot below; stopped between
           updates (in a callback, e.g. an evaluation), the live state, which is then consistent.
         * Any other exception (env, model, callback): the state may be half-way through a rollout or an update,

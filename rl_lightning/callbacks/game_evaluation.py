@@ -16,7 +16,6 @@ from typing_extensions import override
 from rl_lightning.callbacks.background_run import BackgroundRun, plays_beside_training
 from rl_lightning.callbacks.cadence import Cadence
 from rl_lightning.data.league import frozen_copy
-from rl_lightning.env_step_log import log_at_env_step, publish_to_callbacks
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.errors import ConfigError
 from rl_lightning.games import panel as panels
@@ -24,6 +23,7 @@ from rl_lightning.games.exploitability import MAX_STATES, InfoStateTable
 from rl_lightning.games.match import PolicyBot, check_engine_players
 from rl_lightning.games.search import NetworkMCTS
 from rl_lightning.games.summary import match_metrics
+from rl_lightning.reporting.env_step_log import log_at_env_step, publish_to_callbacks
 
 
 class GameEvaluation(Callback):

@@ -8,8 +8,9 @@ from collections.abc import Callable
 import torch
 from tensordict import TensorDict
 
-from rl_lightning import keys, stop
+from rl_lightning import keys
 from rl_lightning.data.collector_base import CollectorBase
+from rl_lightning.processes import stop
 
 Policy = Callable[[TensorDict, torch.Generator], TensorDict]
 

@@ -46,8 +46,8 @@ from rl_lightning.data.sequence_collector import SequenceCollector, stepping
 from rl_lightning.data.stream_handoff import StreamHandOff
 from rl_lightning.data.timing import PhaseTimer
 from rl_lightning.envs.base import BatchedEnv, TorchEnv
+from rl_lightning.envs.random_action import random_action
 from rl_lightning.errors import ConfigError
-from rl_lightning.evaluation import random_action
 
 ENGINES = ("auto", "cpu", "cuda_async")
 

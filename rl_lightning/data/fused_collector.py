@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rl_lightning import keys, stop
+from rl_lightning import keys
 from rl_lightning.data.collector_base import CollectorBase
 from rl_lightning.data.fused_step import (
     LENGTH_SUM,
@@ -20,6 +20,7 @@ from rl_lightning.data.fused_step import (
     tick_outputs,
 )
 from rl_lightning.envs.base import BatchedEnv
+from rl_lightning.processes import stop
 
 
 class FusedCollector(CollectorBase):

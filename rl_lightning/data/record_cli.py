@@ -14,11 +14,11 @@ from typing import Any
 
 import yaml
 
-from rl_lightning.cli_args import resolve_config
 from rl_lightning.data.records import record_games
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.envs.games.bots import load_bot
 from rl_lightning.errors import ConfigError
+from rl_lightning.settings.cli_args import resolve_config
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

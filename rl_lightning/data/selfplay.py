@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rl_lightning import keys, stop
+from rl_lightning import keys
 from rl_lightning.data.collector import Policy
 from rl_lightning.data.collector_base import CollectorBase
 from rl_lightning.data.episode_stats import FinishedEpisodes
@@ -31,6 +31,7 @@ from rl_lightning.envs.games.bots.probe import check_bot_fits
 from rl_lightning.errors import ConfigError
 from rl_lightning.lineage import check_checkpoint_plays
 from rl_lightning.objectives.seat_credit import open_tails
+from rl_lightning.processes import stop
 
 LEARNER = "learner"  # bool: the acting seat is the learning policy (only these rows train)
 CARRIED = "carried"  # bool: an open decision carried over from the previous rollout

@@ -48,10 +48,11 @@ from collections.abc import Callable
 import torch
 from tensordict import TensorDict
 
-from rl_lightning import keys, stop
+from rl_lightning import keys
 from rl_lightning.data.collector_base import CollectorBase
 from rl_lightning.envs.base import BatchedEnv, TorchEnv
 from rl_lightning.errors import ConfigError
+from rl_lightning.processes import stop
 
 #: ``(view, generator) -> TensorDict`` holding ``action``; the view carries ``obs`` and ``is_first``.
 Policy = Callable[[TensorDict, torch.Generator], TensorDict]

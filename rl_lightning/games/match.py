@@ -33,8 +33,8 @@ from rl_lightning import keys
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.envs.games.bots import check_engine_players, needs_engine_state
 from rl_lightning.errors import ConfigError
-from rl_lightning.learner_waits import pause_point
 from rl_lightning.lineage import check_same_env
+from rl_lightning.processes.learner_waits import pause_point
 
 #: A seat's player: ``bot(obs, action_mask, seat, generator) -> action [B]``.
 Bot = Callable[[Any, torch.Tensor, torch.Tensor, torch.Generator], torch.Tensor]

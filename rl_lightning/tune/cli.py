@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rl_lightning import stop
 from rl_lightning.errors import ConfigError
+from rl_lightning.processes import stop
 from rl_lightning.tune import config as cfg
 from rl_lightning.tune import study as st
 from rl_lightning.tune.config import to_yaml, with_params

@@ -17,7 +17,7 @@ import signal
 import sys
 from pathlib import Path
 
-from rl_lightning.child_processes import (
+from rl_lightning.processes.child_processes import (
     child_environ,
     die_with_parent,
     forking_context,

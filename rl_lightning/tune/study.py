@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from rl_lightning import stop
+from rl_lightning.processes import stop
 from rl_lightning.tune.trial import FitFailed, Pruned, run_trial
 
 FAILED_FIT = "fit_failed"  # user attr of a trial that ran and failed (counted as done, not retried)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rl_lightning import stop
+from rl_lightning.processes import stop
 from rl_lightning.tune.config import to_yaml, trial_config
 from rl_lightning.tune.fit_process import FitProcess
 from rl_lightning.tune.report import read_reports

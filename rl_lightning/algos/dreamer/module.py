@@ -15,6 +15,7 @@ from rl_lightning.algos.cuda_stream_weight_sync import CUDAStreamWeightSync
 from rl_lightning.algos.dreamer.behavior import ActorCritic
 from rl_lightning.algos.dreamer.config import check_dreamer_hparams
 from rl_lightning.algos.dreamer.draws import GradientStepDraws
+from rl_lightning.algos.dreamer.optim import LaProp
 from rl_lightning.algos.dreamer.player import DreamerPlayer
 from rl_lightning.algos.dreamer.policy import ActionSpace
 from rl_lightning.algos.dreamer.update_graphs import UpdateGraphs
@@ -25,7 +26,6 @@ from rl_lightning.data.timing import PhaseTimer
 from rl_lightning.envs.base import BatchedEnv, EnvSpec, require_action_kind
 from rl_lightning.errors import ConfigError, require_torch_compile
 from rl_lightning.networks.dreamer_nets import dreamer_size
-from rl_lightning.optim import LaProp
 
 #: One-hot (Discrete) or bounded-normal (Box) actions, as the official code; multi-part actions are refused.
 DREAMER_ACTIONS = ("discrete", "box")

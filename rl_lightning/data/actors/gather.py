@@ -14,7 +14,7 @@ from tensordict import TensorDict
 from rl_lightning.data.actors.policy_factory import PolicyFactory
 from rl_lightning.data.actors.worker import ActorSpec
 from rl_lightning.errors import EnvError
-from rl_lightning.learner_threads import mean_threads_since_last_read
+from rl_lightning.processes.learner_threads import mean_threads_since_last_read
 
 #: Seeds of a restarted actor move by this much per generation, far from every other actor's envs.
 GENERATION_STRIDE = 7_919_113

@@ -17,8 +17,6 @@ import torch
 import torch.multiprocessing as mp
 from tensordict import TensorDict
 
-from rl_lightning import stop
-from rl_lightning.child_processes import child_environ, forking_context, kill_pid, pid_alive, server_environ
 from rl_lightning.data.actors.gather import (
     GENERATION_STRIDE,
     ActorRollout,
@@ -35,8 +33,10 @@ from rl_lightning.data.actors.policy_factory import PolicyFactory
 from rl_lightning.data.actors.recipes import SingleAgentRecipe
 from rl_lightning.data.actors.weights import SharedWeights
 from rl_lightning.data.actors.worker import ActorChannels, ActorSpec, actor_main
-from rl_lightning.learner_threads import follow_actors, lend_idle_actors, stop_lending
-from rl_lightning.learner_waits import learner_waiting
+from rl_lightning.processes import stop
+from rl_lightning.processes.child_processes import child_environ, forking_context, kill_pid, pid_alive, server_environ
+from rl_lightning.processes.learner_threads import follow_actors, lend_idle_actors, stop_lending
+from rl_lightning.processes.learner_waits import learner_waiting
 
 POLL_S = 0.05
 JOIN_TIMEOUT_S = 5.0

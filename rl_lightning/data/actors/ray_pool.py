@@ -20,7 +20,6 @@ import torch
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from tensordict import TensorDict
 
-from rl_lightning import stop
 from rl_lightning.data.actors.gather import (
     ActorRollout,
     Gathering,
@@ -37,7 +36,8 @@ from rl_lightning.data.actors.ray_checks import LocalRay, connect, cpus_of_clust
 from rl_lightning.data.actors.recipes import SingleAgentRecipe
 from rl_lightning.data.actors.worker import ActorSpec
 from rl_lightning.errors import EnvError
-from rl_lightning.learner_waits import learner_waiting
+from rl_lightning.processes import stop
+from rl_lightning.processes.learner_waits import learner_waiting
 
 POLL_S = 0.05
 #: A new actor is placed, imports torch and builds its envs and policy before its first rollout: allow it this long.

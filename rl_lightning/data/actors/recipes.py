@@ -12,7 +12,7 @@ from rl_lightning.data.collector import Collector
 from rl_lightning.data.selfplay import SelfPlay
 from rl_lightning.data.sequence_collector import SequenceCollector
 from rl_lightning.envs.base import BatchedEnv
-from rl_lightning.evaluation import random_action
+from rl_lightning.envs.random_action import random_action
 
 
 class _Recipe:

@@ -28,11 +28,11 @@ from typing import Any
 
 import torch
 
-from rl_lightning.child_processes import die_with_parent, pid_alive, signal_when_gone
 from rl_lightning.data.actors.core import ActorCore, now
 from rl_lightning.data.actors.policy_factory import PolicyFactory
 from rl_lightning.data.actors.weights import SharedWeights
 from rl_lightning.errors import EnvError
+from rl_lightning.processes.child_processes import die_with_parent, pid_alive, signal_when_gone
 
 POLL_S = 0.05
 

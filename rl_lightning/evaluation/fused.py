@@ -7,12 +7,13 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from rl_lightning import keys, stop
+from rl_lightning import keys
 from rl_lightning.data.fused_step import compile_step, require_fusable
 from rl_lightning.envs.base import BatchedEnv, TorchEnv
 from rl_lightning.envs.noise_step import NoiseSteppedEnv
 from rl_lightning.errors import ConfigError
-from rl_lightning.evaluation import DEFAULT_MAX_STEPS, Episodes
+from rl_lightning.evaluation.episodes import DEFAULT_MAX_STEPS, Episodes
+from rl_lightning.processes import stop
 
 _CHECK_EVERY = 32  # steps between the (host-syncing) "all episodes finished?" checks, as in ``run_episodes``
 

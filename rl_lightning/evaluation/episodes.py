@@ -1,24 +1,24 @@
 """Run whole evaluation episodes on a separate batched env: one episode per env row.
 
 ``play_episodes`` plays them and says which ended within ``max_steps``; ``episode_metrics`` turns that into the
-logged means, over the episodes that ended (a cut episode is counted in ``episodes_cut``, never averaged in);
-``random_action`` is the uniform-random baseline (and DreamerV3's prefill), sampled from the env's action space.
+logged means, over the episodes that ended (a cut episode is counted in ``episodes_cut``, never averaged in).
+Without a policy they play the uniform-random baseline (``envs.random_action``).
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from tensordict import TensorDict
 
-from rl_lightning import keys, stop
-from rl_lightning.envs.base import BatchedEnv, EnvSpec, TorchEnv, data_device
-from rl_lightning.learner_waits import pause_point
-from rl_lightning.video import FrameRecorder
+from rl_lightning import keys
+from rl_lightning.envs.base import BatchedEnv, TorchEnv
+from rl_lightning.envs.random_action import random_action
+from rl_lightning.evaluation.video import FrameRecorder
+from rl_lightning.processes import stop
+from rl_lightning.processes.learner_waits import pause_point
 
 _CHECK_EVERY = 32  # env steps between the (host-syncing) "all episodes finished?" checks
 #: Default bound on steps per evaluation episode: an Atari game's 108,000 frames at frame skip 4 (research/envs.md),
@@ -60,7 +60,7 @@ def play_episodes(
     as given: the Evaluation callback passes the training env's evaluation form (``TorchEnv.fresh``). The
     episodes' env states are released at the end; ``env`` itself stays open for the caller to reuse and close.
     A ``recorder`` draws the state of its first rows before every step (rendering costs nothing when there is none).
-    Played in a background thread (``rl_lightning.learner_waits``), each step first waits for the learner to wait.
+    Played in a background thread (``processes.learner_waits``), each step first waits for the learner to wait.
     """
     batched = BatchedEnv(env, num_episodes, device, seed=seed)
     act = None if policy == "random" else policy.acting_policy(batched, deterministic, training=False)  # type: ignore[attr-defined]
@@ -71,7 +71,7 @@ def play_episodes(
     running = torch.ones(num_episodes, dtype=torch.bool, device=device)
     try:
         for step in range(max_steps):
-            stop.check()  # SIGTERM/Ctrl+C: stop within one env step (rl_lightning.stop)
+            stop.check()  # SIGTERM/Ctrl+C: stop within one env step (rl_lightning.processes.stop)
             pause_point()  # in a background evaluation (Evaluation(background=true)), wait for the learner to wait
             if recorder is not None:
                 recorder.capture(batched.state)
@@ -139,45 +139,3 @@ def episode_metrics(
             stacklevel=2,
         )
     return {"episode_return": totals[0] / totals[2], "episode_length": totals[1] / totals[2], "episodes_cut": totals[3]}
-
-
-def random_action(spec: EnvSpec, obs: TensorDict, generator: torch.Generator) -> torch.Tensor:
-    """A uniform-random action per row, sampled from the env's action space with ``generator`` (seeded).
-
-    ``Discrete``: uniform over the legal actions (``action_mask``); ``MultiDiscrete``: uniform per dimension;
-    ``MultiBinary``: fair coins; ``Box``: as Gymnasium's ``Box.sample``: uniform where both bounds are finite,
-    standard normal where neither is (e.g. under ``ClipAction``), an exponential from the finite bound otherwise.
-    """
-    batch = obs.batch_size[0]
-    device = data_device(obs)
-    kind = spec.action_kind
-    if kind == "discrete":
-        noise = torch.rand(batch, spec.num_actions, generator=generator, device=device)
-        mask = obs.get(keys.ACTION_MASK, None)
-        if mask is not None:
-            noise = noise.masked_fill(~mask, -1.0)
-        return noise.argmax(-1)
-    shape = (batch, *spec.action_shape)
-    if kind == "multi_binary":
-        return torch.randint(0, 2, shape, generator=generator, device=device)
-    if kind == "multi_discrete":
-        nvec = torch.tensor(spec.action_nvec, device=device).reshape(spec.action_shape)
-        u = torch.rand(shape, generator=generator, device=device)
-        return torch.minimum((u * nvec).long(), nvec - 1)
-    return _box_sample(spec, shape, generator, device)
-
-
-def _box_sample(
-    spec: EnvSpec, shape: tuple[int, ...], generator: torch.Generator, device: torch.device
-) -> torch.Tensor:
-    low = torch.tensor(spec.action_low, device=device).reshape(spec.action_shape)
-    high = torch.tensor(spec.action_high, device=device).reshape(spec.action_shape)
-    u = torch.rand(shape, generator=generator, device=device)
-    if all(math.isfinite(bound) for bound in (*spec.action_low, *spec.action_high)):
-        return low + (high - low) * u
-    bounded_low, bounded_high = torch.isfinite(low), torch.isfinite(high)
-    normal = torch.randn(shape, generator=generator, device=device)
-    exponential = -torch.log1p(-u)  # Exp(1) from the same uniform draw
-    sample = torch.where(bounded_low & bounded_high, low + (high - low) * u, normal)
-    sample = torch.where(bounded_low & ~bounded_high, low + exponential, sample)
-    return torch.where(~bounded_low & bounded_high, high - exponential, sample)

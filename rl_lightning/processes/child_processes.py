@@ -53,14 +53,14 @@ def forking_context(preload: Sequence[str]) -> Any:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["__main__", "rl_lightning.forkserver_preload", *preload])
+    context.set_forkserver_preload(["__main__", "rl_lightning.processes.forkserver_preload", *preload])
     return context
 
 
 def server_environ() -> dict[str, str]:
     """What the fork server reads as it starts: the program's main module by name, when it runs as ``python -m``
-    (``rl_lightning.forkserver_preload``)."""
-    from rl_lightning.forkserver_preload import MAIN_MODULE_VARIABLE
+    (``rl_lightning.processes.forkserver_preload``)."""
+    from rl_lightning.processes.forkserver_preload import MAIN_MODULE_VARIABLE
 
     name = getattr(getattr(sys.modules["__main__"], "__spec__", None), "name", None)
     return {MAIN_MODULE_VARIABLE: name} if name else {}
