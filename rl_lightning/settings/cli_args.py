@@ -11,7 +11,7 @@ import yaml
 
 from rl_lightning.errors import ConfigError
 
-_REPO_ROOT = Path(__file__).resolve().parents[1]
+_REPO_ROOT = Path(__file__).resolve().parents[2]  # rl_lightning/settings/cli_args.py -> the checkout (configs/)
 _SHARE_ROOT = Path(sys.prefix) / "share" / "rl_lightning"
 
 
