@@ -154,6 +154,51 @@ def spo_discrete_policy_loss(
     )
 
 
+def decoupled_cross_entropy(
+    online_mean: torch.Tensor,
+    online_std: torch.Tensor,
+    target_mean: torch.Tensor,
+    target_std: torch.Tensor,
+    sampled_actions: torch.Tensor,
+    weights: torch.Tensor,
+    low: torch.Tensor,
+    high: torch.Tensor,
+) -> torch.Tensor:
+    """``CE(π_μ) + CE(π_σ)``: the particles' weighted cross-entropy under ``π_μ = tanhN(μ_θ, σ_θ̄)``, which trains only
+    the mean, plus under ``π_σ = tanhN(μ_θ̄, σ_θ)``, which trains only the std (decoupled MPO, Abdolmaleki et al.,
+    2018). Shapes as in :func:`spo_continuous_policy_loss`; returns ``[]``."""
+
+    def log_prob(mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:  # [B, N]
+        return tanh_normal_log_prob(mean.unsqueeze(1), std.unsqueeze(1), sampled_actions, low, high)
+
+    return particle_cross_entropy(log_prob(online_mean, target_std), weights) + particle_cross_entropy(
+        log_prob(target_mean, online_std), weights
+    )
+
+
+def decoupled_trust_region(
+    online_mean: torch.Tensor,
+    online_std: torch.Tensor,
+    target_mean: torch.Tensor,
+    target_std: torch.Tensor,
+    alpha_mean: torch.Tensor,
+    alpha_std: torch.Tensor,
+    epsilon_alpha_mean: float | torch.Tensor,
+    epsilon_alpha_std: float | torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The trust regions of the mean and of the std, each with its own per-dimension dual (:func:`kl_trust_region`)
+    on ``KL_μ = KL(N(μ_θ̄, σ_θ̄) ‖ N(μ_θ, σ_θ̄))`` and ``KL_σ = KL(N(μ_θ̄, σ_θ̄) ‖ N(μ_θ̄, σ_θ))``, the pre-tanh Normals'.
+
+    Returns ``(loss_kl, loss_alpha, kl_mean, kl_std)``: both parts' losses summed (``[]``), and each KL's batch mean
+    ``[D]`` (attached).
+    """
+    kl_mu = normal_kl(target_mean, target_std, online_mean, target_std)
+    kl_sigma = normal_kl(target_mean, target_std, target_mean, online_std)
+    loss_kl_mu, loss_alpha_mu, mean_kl_mu = kl_trust_region(kl_mu, alpha_mean, epsilon_alpha_mean)
+    loss_kl_sigma, loss_alpha_sigma, mean_kl_sigma = kl_trust_region(kl_sigma, alpha_std, epsilon_alpha_std)
+    return loss_kl_mu + loss_kl_sigma, loss_alpha_mu + loss_alpha_sigma, mean_kl_mu, mean_kl_sigma
+
+
 def spo_continuous_policy_loss(
     online_mean: torch.Tensor,
     online_std: torch.Tensor,
@@ -173,58 +218,47 @@ def spo_continuous_policy_loss(
 ) -> TensorDict:
     """SPO actor and dual losses for a tanh-affine Normal policy, decoupled MPO (Abdolmaleki et al., 2018; spo.md §1.5).
 
-    With ``π_μ = tanhN(μ_θ, σ_θ̄)`` and ``π_σ = tanhN(μ_θ̄, σ_θ)``::
+    With ``π_μ = tanhN(μ_θ, σ_θ̄)``, ``π_σ = tanhN(μ_θ̄, σ_θ)`` and the batch means of the pre-tanh KLs of
+    :func:`decoupled_trust_region`::
 
-        L = CE(π_μ) + CE(π_σ) + Σ_d sg(α_μ) KL_μ + Σ_d sg(α_σ) KL_σ
-            + Σ_d α_μ (ε_μ − sg KL_μ) + Σ_d α_σ (ε_σ − sg KL_σ) + L_η
+        L = CE(π_μ) + CE(π_σ) + Σ_d [sg(α_μ) KL_μ + sg(α_σ) KL_σ + α_μ (ε_μ − sg KL_μ) + α_σ (ε_σ − sg KL_σ)] + L_η
 
-    where ``KL_μ = KL(N(μ_θ̄, σ_θ̄) ‖ N(μ_θ, σ_θ̄))`` and ``KL_σ = KL(N(μ_θ̄, σ_θ̄) ‖ N(μ_θ̄, σ_θ))`` are per-dimension
-    KLs of the pre-tanh Normals, averaged over the batch.
-
-    Shape contract: ``online_*``, ``target_*`` ``[B, D]``; ``sampled_actions`` ``[B, N, D]`` (targets and actions
-    are detached here); ``weights``, ``advantages`` ``[B, N]``; ``low``, ``high`` broadcastable to ``[D]``;
-    ``log_temperature`` ``[]``; ``log_alpha_mean``, ``log_alpha_std`` ``[D]``; ``epsilon_alpha_*`` floats or ``[D]``.
     Returns a TensorDict (batch size ``[]``) with ``loss_policy``, ``loss_kl``, ``loss_alpha``, ``loss_temperature``
     and detached diagnostics ``kl_mean``, ``kl_std`` (summed over dims, mean over batch), ``kl_nonparametric``,
-    ``temperature``, ``alpha_mean``, ``alpha_std`` (means over dims).
+    ``temperature``, ``alpha_mean``, ``alpha_std`` (means over dims). Targets and actions are detached here.
 
     Args:
-        online_mean: pre-tanh mean ``μ_θ``.
-        online_std: pre-tanh standard deviation ``σ_θ``.
-        target_mean: ``μ_θ̄`` of the Polyak target actor.
-        target_std: ``σ_θ̄`` of the Polyak target actor.
-        sampled_actions: the N root actions of the search per state (in ``[low, high]``).
-        weights: their normalised search weights ``w̄``.
-        advantages: their search advantages, for the temperature dual.
-        low: lower action bound.
-        high: upper action bound.
-        log_temperature: unconstrained temperature parameter.
-        log_alpha_mean: unconstrained per-dimension dual of the mean constraint.
-        log_alpha_std: unconstrained per-dimension dual of the std constraint.
+        online_mean: pre-tanh mean ``μ_θ`` ``[B, D]``.
+        online_std: pre-tanh standard deviation ``σ_θ`` ``[B, D]``.
+        target_mean: ``μ_θ̄`` of the Polyak target actor ``[B, D]``.
+        target_std: ``σ_θ̄`` of the Polyak target actor ``[B, D]``.
+        sampled_actions: the N root actions of the search per state (in ``[low, high]``) ``[B, N, D]``.
+        weights: their normalised search weights ``w̄`` ``[B, N]``.
+        advantages: their search advantages, for the temperature dual ``[B, N]``.
+        low: lower action bound, broadcastable to ``[D]``.
+        high: upper action bound, broadcastable to ``[D]``.
+        log_temperature: unconstrained temperature parameter ``[]``.
+        log_alpha_mean: unconstrained per-dimension dual of the mean constraint ``[D]``.
+        log_alpha_std: unconstrained per-dimension dual of the std constraint ``[D]``.
         epsilon: E-step KL bound ``ε`` for the temperature.
-        epsilon_alpha_mean: M-step KL bound ``ε_μ`` per dimension.
-        epsilon_alpha_std: M-step KL bound ``ε_σ`` per dimension.
+        epsilon_alpha_mean: M-step KL bound ``ε_μ`` per dimension (a float or ``[D]``).
+        epsilon_alpha_std: M-step KL bound ``ε_σ`` per dimension (a float or ``[D]``).
     """
     target_mean, target_std, sampled_actions = target_mean.detach(), target_std.detach(), sampled_actions.detach()
     temperature = dual_value(log_temperature)
     alpha_mean, alpha_std = dual_value(log_alpha_mean), dual_value(log_alpha_std)
-
-    def log_prob(mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:  # [B, N]
-        return tanh_normal_log_prob(mean.unsqueeze(1), std.unsqueeze(1), sampled_actions, low, high)
-
-    loss_policy = particle_cross_entropy(log_prob(online_mean, target_std), weights) + particle_cross_entropy(
-        log_prob(target_mean, online_std), weights
+    loss_policy = decoupled_cross_entropy(
+        online_mean, online_std, target_mean, target_std, sampled_actions, weights, low, high
     )
-    kl_mu = normal_kl(target_mean, target_std, online_mean, target_std)
-    kl_sigma = normal_kl(target_mean, target_std, target_mean, online_std)
-    loss_kl_mu, loss_alpha_mu, mean_kl_mu = kl_trust_region(kl_mu, alpha_mean, epsilon_alpha_mean)
-    loss_kl_sigma, loss_alpha_sigma, mean_kl_sigma = kl_trust_region(kl_sigma, alpha_std, epsilon_alpha_std)
+    loss_kl, loss_alpha, mean_kl_mu, mean_kl_sigma = decoupled_trust_region(
+        online_mean, online_std, target_mean, target_std, alpha_mean, alpha_std, epsilon_alpha_mean, epsilon_alpha_std
+    )
     loss_temperature, kl_nonparametric = temperature_loss(advantages, temperature, epsilon)
     return TensorDict(
         {
             "loss_policy": loss_policy,
-            "loss_kl": loss_kl_mu + loss_kl_sigma,
-            "loss_alpha": loss_alpha_mu + loss_alpha_sigma,
+            "loss_kl": loss_kl,
+            "loss_alpha": loss_alpha,
             "loss_temperature": loss_temperature,
             "kl_mean": mean_kl_mu.detach().sum(),
             "kl_std": mean_kl_sigma.detach().sum(),

@@ -136,9 +136,7 @@ class DreamerV3(RLModule):
         self.save_hyperparameters()
         check_dreamer_hparams(self.hparams)
         spec = self.env_spec
-        require_action_kind(spec, "DreamerV3", DREAMER_ACTIONS)
-        if spec.has_action_mask:
-            raise ConfigError(f"DreamerV3 does not support action masks (env {spec.name}); use PPO or SPO for it")
+        check_dreamer_env(spec)
         preset = dreamer_size(size)
         self.space = ActionSpace(spec, unimix=unimix)
         self.world_model = WorldModel(
@@ -157,12 +155,7 @@ class DreamerV3(RLModule):
             retnorm_decay, retnorm_limit,
         )  # fmt: skip
         self.eval_deterministic = eval_deterministic
-        #: the actor's copy of the acting networks (``CUDAStreamWeightSync``); ``None`` = alias the learner's.
-        self.actor_networks: nn.ModuleDict | None = None
-        self.actor_version = 0
-        #: CUDA event after which ``actor_networks`` holds version ``actor_version``; a stream reading the actor
-        #: copy waits on it first. ``None`` on CPU (aliased weights) and before the first hand-off.
-        self.policy_ready_event: Any = None
+        self._init_actor_copy()
         self.sample_generator: torch.Generator | None = None
         self.last_learner_ms: float | None = None
         self._learner_timer: PhaseTimer | None = None
@@ -170,6 +163,15 @@ class DreamerV3(RLModule):
         if compile_update:
             require_torch_compile("model.compile_update")
         self.update_graphs = UpdateGraphs(compile_update)
+
+    def _init_actor_copy(self) -> None:
+        """No actor copy yet: the player aliases the learner's networks until ``CUDAStreamWeightSync`` hands one off."""
+        #: the actor's copy of the acting networks (``CUDAStreamWeightSync``); ``None`` = alias the learner's.
+        self.actor_networks: nn.ModuleDict | None = None
+        self.actor_version = 0
+        #: CUDA event after which ``actor_networks`` holds version ``actor_version``; a stream reading the actor
+        #: copy waits on it first. ``None`` on CPU (aliased weights) and before the first hand-off.
+        self.policy_ready_event: Any = None
 
     # ----- acting -------------------------------------------------------------------------------------------
     def acting_networks(self) -> nn.ModuleDict:
@@ -308,3 +310,10 @@ class DreamerV3(RLModule):
         if "sample_generator" in counters:
             self.sample_generator = torch.Generator(device=counters["sample_generator_device"])
             self.sample_generator.set_state(counters["sample_generator"])
+
+
+def check_dreamer_env(spec: EnvSpec) -> None:
+    """Refuse, in one line, an env DreamerV3 cannot act in: actions other than ``Discrete``/``Box``, or masked ones."""
+    require_action_kind(spec, "DreamerV3", DREAMER_ACTIONS)
+    if spec.has_action_mask:
+        raise ConfigError(f"DreamerV3 does not support action masks (env {spec.name}); use PPO or SPO for it")

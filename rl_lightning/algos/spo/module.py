@@ -164,6 +164,25 @@ class SPO(SPOLosses, RLModule):
         spec = self.env_spec
         require_action_kind(spec, "SPO", SPO_ACTIONS)
         check_searchable(spec)  # games: never search the true state of an imperfect-information game
+        self._build_networks(encoder, share_encoder, hidden_sizes, activation)
+        self._build_duals(
+            adaptive_temperature, init_log_temperature, fixed_temperature,
+            init_log_alpha, init_log_alpha_mean, init_log_alpha_std,
+        )  # fmt: skip
+        self.obs_normalizer = observation_normalizer(spec, norm_clip_obs) if normalize_obs else None
+        self.prior = ActorCriticPrior(
+            self.actor, self.critic, spec, self.encoder, self.obs_normalizer, self.critic_encoder
+        )
+        self.eval_deterministic = bool(hp.eval_greedy)
+        self._search = CompiledSearch() if compile_search else smc_search
+        self._search_stats: dict[str, torch.Tensor] = {}
+        self.last_metrics: dict[str, Any] = {}
+
+    def _build_networks(
+        self, encoder: str | dict[str, str], share_encoder: bool, hidden_sizes: tuple[int, ...], activation: str
+    ) -> None:
+        """The encoders, the actor and critic MLPs, and their Polyak targets (frozen copies)."""
+        spec = self.env_spec
         self.encoder = ObsEncoder(spec, encoder)
         self.critic_encoder = None if share_encoder else ObsEncoder(spec, encoder)
         obs_dim = self.encoder.out_dim
@@ -176,24 +195,27 @@ class SPO(SPOLosses, RLModule):
         self.target_critic_encoder = (
             None if self.critic_encoder is None else copy.deepcopy(self.critic_encoder).requires_grad_(False)
         )
-        self.log_temperature = nn.Parameter(
-            torch.tensor(float(init_log_temperature if adaptive_temperature else _inverse_softplus(fixed_temperature))),
-            requires_grad=adaptive_temperature,
-        )
+
+    def _build_duals(
+        self,
+        adaptive_temperature: bool,
+        init_log_temperature: float,
+        fixed_temperature: float,
+        init_log_alpha: float,
+        init_log_alpha_mean: float,
+        init_log_alpha_std: float,
+    ) -> None:
+        """The temperature η (learned, or fixed and frozen) and the KL trust-region duals: one α (discrete), or α_μ
+        and α_Σ per action dimension (continuous)."""
+        spec = self.env_spec
+        initial = init_log_temperature if adaptive_temperature else _inverse_softplus(fixed_temperature)
+        self.log_temperature = nn.Parameter(torch.tensor(float(initial)), requires_grad=adaptive_temperature)
         if spec.discrete:
             self.log_alpha = nn.Parameter(torch.tensor(float(init_log_alpha)))
         else:
             dims = flat_size(spec.action_shape)
             self.log_alpha_mean = nn.Parameter(torch.full((dims,), float(init_log_alpha_mean)))
             self.log_alpha_std = nn.Parameter(torch.full((dims,), float(init_log_alpha_std)))
-        self.obs_normalizer = observation_normalizer(spec, norm_clip_obs) if normalize_obs else None
-        self.prior = ActorCriticPrior(
-            self.actor, self.critic, spec, self.encoder, self.obs_normalizer, self.critic_encoder
-        )
-        self.eval_deterministic = bool(hp.eval_greedy)
-        self._search = CompiledSearch() if compile_search else smc_search
-        self._search_stats: dict[str, torch.Tensor] = {}
-        self.last_metrics: dict[str, Any] = {}
 
     # ----- acting -------------------------------------------------------------------------------------------
     def search_temperature(self) -> torch.Tensor:

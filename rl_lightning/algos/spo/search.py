@@ -29,6 +29,7 @@ search most of its time: ``benchmarks/games/connect_four_search.py --spo-profile
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from tensordict import TensorDict
@@ -165,6 +166,16 @@ def smc_search(
         return _search(env, root_state, root_obs, prior, config, temperature, draws, explore, greedy)
 
 
+class _Particles(NamedTuple):
+    """What travels with each of the ``E * N`` particles (flat ``[E * N]``) and is gathered when they resample."""
+
+    action: torch.Tensor  # the action each takes next
+    root_action: torch.Tensor  # the root action it descends from: what the target q̂ is a histogram of
+    value: torch.Tensor  # v_t: the last step's bootstrap (V(s_0) at d=0)
+    alive: torch.Tensor  # not yet terminated or truncated: only live particles accumulate weight
+    searcher: torch.Tensor | None  # games: the seat to act at the root, whose side every score takes
+
+
 def _search(
     env: TorchEnv,
     root_state: TensorDict,
@@ -179,46 +190,36 @@ def _search(
     n, depth = config.num_particles, config.depth
     num_envs = root_state.batch_size[0]
     device = data_device(root_obs)  # root_obs.device is None when the TensorDict was built without one
-    root_value = prior.value(root_obs[keys.OBS])
-    root_actions = _root_actions(prior, root_obs, config, draws, explore)
+    particles, root_value = _root_particles(prior, root_obs, config, draws, explore)
     offsets = torch.arange(num_envs, device=device).unsqueeze(-1) * n  # [E, 1]
     state = root_state[torch.arange(num_envs, device=device).repeat_interleave(n)]
     # Registry envs (game engines, Gymnasium copies): one copy per particle, then every step in place; tensor states
     # step functionally (a copy there is a cheap batched op, and compiled searches need the pure form).
     in_place = not env.state_is_tensors and isinstance(draws, GeneratorDraws)
-    action = root_actions
-    value = root_value.repeat_interleave(n)
     log_w = torch.zeros(num_envs, n, device=device)
     advantages = torch.zeros(num_envs, n, device=device)
     adv_open = torch.ones(num_envs, 1, device=device)  # 0 after an env's first resample
-    alive = torch.ones(num_envs * n, dtype=torch.bool, device=device)
-    searcher = searching_seats(root_obs, n) if prior.spec.num_seats > 1 else None  # games: score from root's seat
     ess, alive_frac, resampled = [], [], []
     owned: TensorDict | None = None  # the search's own states (released when replaced)
     try:
         if in_place and depth > 0:
             state = owned = env.snapshot(state)
         for d in range(depth):
-            next_state, out = draws.step(env, d, state, action, inplace=True) if in_place else draws.step(
-                env, d, state, action)  # fmt: skip
+            next_state, out = draws.step(env, d, state, particles.action, inplace=True) if in_place else draws.step(
+                env, d, state, particles.action)  # fmt: skip
             if owned is not None and not in_place:
                 env.release(owned)
             owned = next_state  # in place: the stepped states and the copies made for particles sharing one
-            if searcher is None:
-                reward = out[keys.REWARD]
-                bootstrap = (~out[keys.TERMINATED]) * config.gamma * prior.value(out[keys.FINAL_OBS])
-            else:
-                reward, bootstrap = seat_step_score(prior.value, out, searcher, config.gamma)
-            delta = torch.where(alive, reward + bootstrap - value, 0.0).view(num_envs, n)
+            reward, bootstrap = _step_score(prior, out, particles.searcher, config.gamma)
+            delta = torch.where(particles.alive, reward + bootstrap - particles.value, 0.0).view(num_envs, n)
             log_w = log_w + delta
             advantages = advantages + (config.gamma * config.gae_lambda) ** d * adv_open * delta
-            alive = alive & ~(out[keys.TERMINATED] | out[keys.TRUNCATED])
-            value = bootstrap
-            if d + 1 < depth:  # the last step's proposals would never be applied
+            alive = particles.alive & ~(out[keys.TERMINATED] | out[keys.TRUNCATED])
+            next_action = particles.action  # the last step's proposals would never be applied
+            if d + 1 < depth:
                 next_obs = out.select(keys.OBS, keys.ACTION_MASK, strict=False)
                 next_action = draws.proposal(prior, d, prior.params(next_obs))
-            else:
-                next_action = action
+            particles = _Particles(next_action, particles.root_action, bootstrap, alive, particles.searcher)
 
             ess_d = effective_sample_size((log_w / temperature).softmax(-1))
             due = _resample_due(config, d, ess_d)
@@ -226,20 +227,15 @@ def _search(
             alive_frac.append(alive.view(num_envs, n).float().mean(-1))
             if due is None:
                 resampled.append(torch.zeros(num_envs, dtype=torch.bool, device=device))
-                state, action = next_state, next_action
+                state = next_state
                 continue
             resampled.append(due.expand(num_envs))
-            idx = draws.resample(d, log_w, temperature)
-            idx = torch.where(due.unsqueeze(-1), idx, torch.arange(n, device=device))
-            flat = (idx + offsets).reshape(-1)
+            flat = _survivors(draws, d, log_w, temperature, due, offsets)
             state = next_state[flat]
             if in_place:  # the particles no survivor copies are freed now; survivors sharing a state fork next step
-                dropped = torch.ones(num_envs * n, dtype=torch.bool, device=device)
-                dropped[flat] = False
-                env.release(next_state[dropped])
+                _release_dropped(env, next_state, flat)
                 owned = state
-            action, root_actions, value, alive = next_action[flat], root_actions[flat], value[flat], alive[flat]
-            searcher = None if searcher is None else searcher[flat]
+            particles = _gather(particles, flat)
             log_w = torch.where(due.unsqueeze(-1), torch.zeros_like(log_w), log_w)
             adv_open = adv_open * (~due).unsqueeze(-1)
     finally:
@@ -247,9 +243,65 @@ def _search(
             env.release(owned)
 
     return _read_out(
-        prior, root_actions, log_w, advantages, root_value, temperature, draws, greedy,
+        prior, particles.root_action, log_w, advantages, root_value, temperature, draws, greedy,
         _stack(ess, num_envs, device), _stack(alive_frac, num_envs, device), _stack(resampled, num_envs, device),
     )  # fmt: skip
+
+
+def _root_particles(
+    prior: ActorCriticPrior,
+    root_obs: TensorDict,
+    config: SearchConfig,
+    draws: GeneratorDraws | NoiseSource,
+    explore: bool,
+) -> tuple[_Particles, torch.Tensor]:
+    """The ``E * N`` particles at the root, each with a root action from the prior, and ``V(s_0)`` ``[E]``."""
+    n = config.num_particles
+    root_value = prior.value(root_obs[keys.OBS])
+    root_actions = _root_actions(prior, root_obs, config, draws, explore)
+    searcher = searching_seats(root_obs, n) if prior.spec.num_seats > 1 else None  # games: score from root's seat
+    alive = torch.ones(root_obs.batch_size[0] * n, dtype=torch.bool, device=data_device(root_obs))
+    return _Particles(root_actions, root_actions, root_value.repeat_interleave(n), alive, searcher), root_value
+
+
+def _step_score(
+    prior: ActorCriticPrior, out: TensorDict, searcher: torch.Tensor | None, gamma: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A step's reward and the discounted value it bootstraps from (0 after termination): the searching seat's own,
+    in a game."""
+    if searcher is None:
+        return out[keys.REWARD], (~out[keys.TERMINATED]) * gamma * prior.value(out[keys.FINAL_OBS])
+    return seat_step_score(prior.value, out, searcher, gamma)
+
+
+def _survivors(
+    draws: GeneratorDraws | NoiseSource,
+    d: int,
+    log_w: torch.Tensor,
+    temperature: torch.Tensor,
+    due: torch.Tensor,
+    offsets: torch.Tensor,
+) -> torch.Tensor:
+    """Flat indices ``[E * N]`` of the particles each slot continues from: resampled in the envs ``due`` (a bool
+    ``[E]`` or a scalar), kept in the others."""
+    n = log_w.shape[-1]
+    idx = draws.resample(d, log_w, temperature)
+    idx = torch.where(due.unsqueeze(-1), idx, torch.arange(n, device=log_w.device))
+    return (idx + offsets).reshape(-1)
+
+
+def _release_dropped(env: TorchEnv, states: TensorDict, flat: torch.Tensor) -> None:
+    """Release the registry states of the particles that no survivor continues from."""
+    dropped = torch.ones(states.batch_size[0], dtype=torch.bool, device=flat.device)
+    dropped[flat] = False
+    env.release(states[dropped])
+
+
+def _gather(particles: _Particles, flat: torch.Tensor) -> _Particles:
+    searcher = None if particles.searcher is None else particles.searcher[flat]
+    return _Particles(
+        particles.action[flat], particles.root_action[flat], particles.value[flat], particles.alive[flat], searcher
+    )
 
 
 def _root_actions(
