@@ -54,3 +54,9 @@ def require_torch_compile(field: str) -> None:
             f"{field}=true needs torch.compile, which torch {torch.__version__} does not support on Python "
             f"{platform.python_version()}: set {field}: false"
         )
+
+
+def require_positive(field_name: str, value: int, fix: str) -> None:
+    """Raise a ``ConfigError`` naming ``field_name`` unless ``value`` is an int >= 1; ``fix`` says what to set."""
+    if not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{field_name}={value!r}: must be a positive integer; {fix}")

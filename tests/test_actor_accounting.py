@@ -292,8 +292,8 @@ def test_the_datamodule_counts_the_env_steps_the_pool_accounts_for_not_its_rollo
 
 
 def test_episode_sums_over_ranks_add_both_the_totals_and_the_counts():
-    from rl_lightning.data.on_policy import _merge_sums
+    from rl_lightning.data.ranks import merge_sums
 
-    merged = _merge_sums([{"episode_return": (30.0, 3.0)}, {"episode_return": (10.0, 1.0), "game_score": (8.0, 2.0)}])
+    merged = merge_sums([{"episode_return": (30.0, 3.0)}, {"episode_return": (10.0, 1.0), "game_score": (8.0, 2.0)}])
     assert merged == {"episode_return": (40.0, 4.0), "game_score": (8.0, 2.0)}
     assert episode_means(merged)["rollout/episode_return"] == 10.0

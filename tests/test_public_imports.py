@@ -18,7 +18,9 @@ PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 
 #: ``import rl_lightning…`` / ``from rl_lightning… import a, b`` at the start of a line (code blocks, most often);
 #: a parenthesised name list runs on to its closing parenthesis.
-IMPORT = re.compile(r"^[ \t]*(?:from rl_lightning[\w.]* import (?:\([^)]*\)|[^\n]*)|import rl_lightning[\w.]*[^\n]*)", re.M)
+IMPORT = re.compile(
+    r"^[ \t]*(?:from rl_lightning[\w.]* import (?:\([^)]*\)|[^\n]*)|import rl_lightning[\w.]*[^\n]*)", re.M
+)
 #: A dotted name anywhere (prose, YAML ``class_path``, mkdocstrings ``::: rl_lightning.x.Y``); not a format id such as
 #: ``rl_lightning.run_summary/1``.
 DOTTED = re.compile(r"(?<![\w/.])rl_lightning(?:\.[A-Za-z_]\w*)+(?![\w/])")

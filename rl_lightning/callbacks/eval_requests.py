@@ -11,7 +11,7 @@ from typing_extensions import override
 
 from rl_lightning.callbacks.evaluation import evaluation_for
 from rl_lightning.callbacks.game_evaluation import game_evaluation_for
-from rl_lightning.data.on_policy import EvalRequest
+from rl_lightning.data.dataloaders import EvalRequest
 
 
 class EvalRequests(Callback):

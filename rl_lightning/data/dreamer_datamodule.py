@@ -39,7 +39,9 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.data.actors.recipes import DreamerRecipe
-from rl_lightning.data.on_policy import OnPolicyDataModule, Rollout, _gather_per_rank, _require_positive
+from rl_lightning.data.dataloaders import Rollout
+from rl_lightning.data.on_policy import OnPolicyDataModule
+from rl_lightning.data.ranks import gather_per_rank
 from rl_lightning.data.ratio import Ratio
 from rl_lightning.data.replay import ReplayRing, check_sequence_replay
 from rl_lightning.data.sequence_collector import SequenceCollector, stepping
@@ -47,7 +49,7 @@ from rl_lightning.data.stream_handoff import StreamHandOff
 from rl_lightning.data.timing import PhaseTimer
 from rl_lightning.envs.base import BatchedEnv, TorchEnv
 from rl_lightning.envs.random_action import random_action
-from rl_lightning.errors import ConfigError
+from rl_lightning.errors import ConfigError, require_positive
 
 ENGINES = ("auto", "cpu", "cuda_async")
 
@@ -144,9 +146,9 @@ class DreamerDataModule(OnPolicyDataModule):
         actor_backend: str = "processes",
         ray_address: str | None = None,
     ) -> None:
-        _require_positive("data.rollout_length", rollout_length, "set the ticks per actor window, e.g. 16")
-        _require_positive("data.buffer_size", buffer_size, "set the replay rows kept per rank, e.g. 1000000")
-        _require_positive("data.batch_size", batch_size, "set the sequences per gradient step, e.g. 16")
+        require_positive("data.rollout_length", rollout_length, "set the ticks per actor window, e.g. 16")
+        require_positive("data.buffer_size", buffer_size, "set the replay rows kept per rank, e.g. 1000000")
+        require_positive("data.batch_size", batch_size, "set the sequences per gradient step, e.g. 16")
         if engine not in ENGINES:
             raise ConfigError(f"data.engine={engine!r} is invalid: choose one of {list(ENGINES)}")
         if not isinstance(learning_starts, int) or learning_starts < 0:
@@ -424,9 +426,9 @@ class DreamerDataModule(OnPolicyDataModule):
                 "sample_generator": self.sample_generator.get_state(),
                 "local_gradient_steps": self.local_gradient_steps,
             }
-            state["replay"] = _gather_per_rank(mine, self.world_size)
+            state["replay"] = gather_per_rank(mine, self.world_size)
             player = self._player.state_dict() if self._player is not None else None
-            state["players"] = _gather_per_rank(player, self.world_size)
+            state["players"] = gather_per_rank(player, self.world_size)
         state["ratio"] = self.ratio.state_dict()
         state["train_start"] = self.train_start
         return state

@@ -4,40 +4,27 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 import torch
 from tensordict import TensorDict
 
-from rl_lightning.data.actors.gather import GENERATION_STRIDE, episode_means, say_actor_faults
+from rl_lightning.data.actors.gather import GENERATION_STRIDE, say_actor_faults
 from rl_lightning.data.actors.pool import ActorPool
 from rl_lightning.data.actors.setup import check_actor_config, start_pool
 from rl_lightning.data.collector import Collector
+from rl_lightning.data.dataloaders import EvalOnce, EvalRequest, Rollout, RolloutStream
 from rl_lightning.data.fused_collector import FusedCollector
 from rl_lightning.data.fused_step import require_fusable
+from rl_lightning.data.ranks import gather_per_rank, next_rollout_of_every_rank, to_cpu
 from rl_lightning.data.seed_generations import generations_used
 from rl_lightning.data.selfplay import make_selfplay
 from rl_lightning.envs.base import BatchedEnv, EnvSpec, TorchEnv
-from rl_lightning.errors import ConfigError, EnvError
+from rl_lightning.errors import ConfigError, EnvError, require_positive
 
 if TYPE_CHECKING:
     from rl_lightning.data.actors.ray_pool import RayActorPool
-
-
-@dataclass
-class Rollout:
-    """One update's worth of on-policy data.
-
-    Attributes:
-        batch: ``[num_steps, num_envs]`` transitions, with the module's ``process_rollout`` targets added.
-        stats: scalar tensors for logging (``rollout/*``, ``perf/*``), global across ranks.
-    """
-
-    batch: TensorDict
-    stats: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 class OnPolicyDataModule(pl.LightningDataModule):
@@ -132,9 +119,9 @@ class OnPolicyDataModule(pl.LightningDataModule):
         ray_address: str | None = None,
     ) -> None:
         super().__init__()
-        _require_positive("data.num_envs", num_envs, "set it to the number of parallel envs per rank, e.g. 8")
-        _require_positive("data.num_steps", num_steps, "set the rollout length per env, e.g. 128")
-        _require_positive("data.total_env_steps", total_env_steps, "set the env-step budget, e.g. 100000")
+        require_positive("data.num_envs", num_envs, "set it to the number of parallel envs per rank, e.g. 8")
+        require_positive("data.num_steps", num_steps, "set the rollout length per env, e.g. 128")
+        require_positive("data.total_env_steps", total_env_steps, "set the env-step budget, e.g. 100000")
         self.env = env
         self.num_envs = num_envs
         self.num_steps = num_steps
@@ -166,7 +153,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         # (actors: a rank dropped a stale rollout, whose env steps count); summed collectively, so every rank holds
         # the same ``env_steps`` and stops at the same update.
         self._env_steps_skew = 0
-        self._ranks_stopping = False  # every rank raises one rank's actor failure (``_every_rank_stops``)
+        self._ranks_stopping = False  # every rank raises one rank's actor failure (``next_rollout_of_every_rank``)
         self.collector: Collector | None = None
         self.last_rollout: Rollout | None = None
         self._restored: dict[str, Any] | None = None
@@ -293,21 +280,12 @@ class OnPolicyDataModule(pl.LightningDataModule):
         if self.selfplay is not None:
             self.selfplay.before_rollout(module)  # the learner's league, checkpointed; the actors keep mirrors
         self.actors.publish(module.state_dict(), module.policy_version)
+        rank = self.trainer.global_rank if self.trainer is not None else None
         try:
-            gathered = self.actors.next_rollout(module.policy_version)
-        except EnvError as err:  # this rank's actors failed for good: under DDP every rank stops with it, now
-            if self.world_size == 1:
-                raise
-            sent = _gather_per_rank((err, 0, {}), self.world_size)  # the update's collective, as the others send it
-            raise self._every_rank_stops([failure for failure, _, _ in sent]) or err from None
-        counted = gathered.env_steps * self.world_size
-        if self.world_size > 1:  # one collective per update: a failure, or every rank's env steps and episodes
-            per_rank = _gather_per_rank((None, gathered.env_steps, gathered.episode_sums), self.world_size)
-            failure = self._every_rank_stops([failure for failure, _, _ in per_rank])
-            if failure is not None:
-                raise failure
-            counted = sum(steps for _, steps, _ in per_rank)
-            gathered.stats.update(episode_means(_merge_sums([sums for _, _, sums in per_rank])))
+            gathered, counted = next_rollout_of_every_rank(self.actors, module.policy_version, self.world_size, rank)
+        except EnvError:
+            self._ranks_stopping = self.world_size > 1  # every rank raises it in this update (``on_exception``)
+            raise
         self.local_env_steps += gathered.env_steps
         self._env_steps_skew += counted - gathered.env_steps * self.world_size
         stats = {name: torch.tensor(value) for name, value in gathered.stats.items()}
@@ -317,21 +295,6 @@ class OnPolicyDataModule(pl.LightningDataModule):
             stats["perf/env_sps"] = torch.tensor(counted / elapsed)
         self._last_update_end = now
         return gathered.batch.to(module.device), stats
-
-    def _every_rank_stops(self, failures: list[EnvError | None]) -> EnvError | None:
-        """The first failing rank's ``EnvError`` (what each rank sent in the update's collective), for every rank to
-        raise in the same update: a rank that stopped alone would leave the others waiting for it in a collective
-        until its exit broke them (a traceback and exit code 1, or the launcher SIGKILLed). ``None``: none failed."""
-        failed = [(rank, failure) for rank, failure in enumerate(failures) if failure is not None]
-        if not failed:
-            return None
-        rank, failure = failed[0]
-        self._ranks_stopping = True
-        if self.trainer is not None and self.trainer.global_rank != 0:
-            torch.distributed.barrier()  # until rank 0 saved its checkpoint and stopped its actors (on_exception)
-        error = EnvError(failure.env, failure.index, failure.num_envs, f"on DDP rank {rank} {failure.problem}")
-        error.said_on_rank_zero = self.trainer is not None and self.trainer.global_rank != 0  # one line, not per rank
-        return error
 
     def rollout_stats(self, episode: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
         """``rollout/*`` episode stats (synced over ranks) and ``perf/*`` rates of the rollout just collected.
@@ -356,12 +319,12 @@ class OnPolicyDataModule(pl.LightningDataModule):
         state: dict[str, Any] = {"local_env_steps": self.local_env_steps, "env_steps": self.env_steps}
         if self.num_actors:  # actors hold nothing a resume needs but their seeds: start past the ones used
             used = self.actors.generation + 1 if self.actors is not None else self._actor_generation
-            state["actor_generation"] = max(_gather_per_rank(used, self.world_size))
+            state["actor_generation"] = max(gather_per_rank(used, self.world_size))
         else:  # a serial run counts its generation too: actors resumed from it start past its seeds
             state["actor_generation"] = self._serial_generation + 1
         if self.collector is not None:
             # Only rank 0 writes checkpoints: gather every rank's collector so each resumes its own streams.
-            state["collectors"] = _gather_per_rank(_to_cpu(self.collector.state_dict()), self.world_size)
+            state["collectors"] = gather_per_rank(to_cpu(self.collector.state_dict()), self.world_size)
         if self.selfplay is not None:
             state["league"] = self.selfplay.state_dict()
         return state
@@ -427,70 +390,3 @@ class OnPolicyDataModule(pl.LightningDataModule):
         if self.collector is not None:
             self.collector.close()
             self.collector = None
-
-
-@dataclass  # not frozen: Lightning rebuilds batches when moving them to a device
-class EvalRequest:
-    """The one "batch" of ``validate``/``test``: play ``num_episodes`` episodes with env seed ``seed`` (``None``:
-    the ``Evaluation`` callback's)."""
-
-    num_episodes: int | None
-    seed: int | None
-
-
-class EvalOnce:
-    """A one-item iterable, so Lightning's validate/test loops call ``validation_step`` exactly once."""
-
-    def __init__(self, request: EvalRequest) -> None:
-        self.request = request
-
-    def __iter__(self) -> Iterator[EvalRequest]:
-        return iter([self.request])
-
-    def __len__(self) -> int:
-        return 1
-
-
-class RolloutStream:
-    """Plain iterable over rollouts (no ``__len__``: the run length is set by env steps, not epochs)."""
-
-    def __init__(self, datamodule: OnPolicyDataModule) -> None:
-        self.datamodule = datamodule
-
-    def __iter__(self) -> Iterator[Rollout]:
-        return self
-
-    def __next__(self) -> Rollout:
-        if self.datamodule.env_steps >= self.datamodule.total_env_steps:
-            raise StopIteration
-        return self.datamodule.collect()
-
-
-def _merge_sums(per_rank: list[dict[str, tuple[float, float]]]) -> dict[str, tuple[float, float]]:
-    merged: dict[str, tuple[float, float]] = {}
-    for sums in per_rank:
-        for name, (total, count) in sums.items():
-            old_total, old_count = merged.get(name, (0.0, 0.0))
-            merged[name] = (old_total + total, old_count + count)
-    return merged
-
-
-def _to_cpu(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.cpu()
-    if isinstance(value, dict):
-        return {k: _to_cpu(v) for k, v in value.items()}
-    return value
-
-
-def _gather_per_rank(value: Any, world_size: int) -> list[Any]:
-    if world_size == 1 or not torch.distributed.is_available() or not torch.distributed.is_initialized():
-        return [value]
-    gathered: list[Any] = [None] * world_size
-    torch.distributed.all_gather_object(gathered, value)
-    return gathered
-
-
-def _require_positive(field_name: str, value: int, fix: str) -> None:
-    if not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{field_name}={value!r}: must be a positive integer; {fix}")

@@ -9,10 +9,12 @@ import torch
 from tensordict import TensorDict
 
 from rl_lightning import keys
-from rl_lightning.data.on_policy import OnPolicyDataModule, Rollout, _gather_per_rank, _require_positive
+from rl_lightning.data.dataloaders import Rollout
+from rl_lightning.data.on_policy import OnPolicyDataModule
+from rl_lightning.data.ranks import gather_per_rank
 from rl_lightning.data.replay import ReplayRing
 from rl_lightning.envs.base import TorchEnv
-from rl_lightning.errors import ConfigError
+from rl_lightning.errors import ConfigError, require_positive
 
 
 @dataclass
@@ -99,11 +101,11 @@ class ReplayDataModule(OnPolicyDataModule):
         actor_backend: str = "processes",
         ray_address: str | None = None,
     ) -> None:
-        _require_positive("data.rollout_length", rollout_length, "set the env steps per env per update, e.g. 32")
-        _require_positive("data.buffer_size", buffer_size, "set the transitions kept per rank, e.g. 65536")
-        _require_positive("data.batch_size", batch_size, "set the sequences per gradient step, e.g. 32")
-        _require_positive("data.sequence_length", sequence_length, "set the steps per sequence, e.g. 32")
-        _require_positive("data.gradient_steps", gradient_steps, "set the gradient steps per update, e.g. 32")
+        require_positive("data.rollout_length", rollout_length, "set the env steps per env per update, e.g. 32")
+        require_positive("data.buffer_size", buffer_size, "set the transitions kept per rank, e.g. 65536")
+        require_positive("data.batch_size", batch_size, "set the sequences per gradient step, e.g. 32")
+        require_positive("data.sequence_length", sequence_length, "set the steps per sequence, e.g. 32")
+        require_positive("data.gradient_steps", gradient_steps, "set the gradient steps per update, e.g. 32")
         if not isinstance(learning_starts, int) or learning_starts < 0:
             raise ConfigError(f"data.learning_starts={learning_starts!r}: must be an integer >= 0")
         super().__init__(
@@ -225,7 +227,7 @@ class ReplayDataModule(OnPolicyDataModule):
                 "sample_generator": self.sample_generator.get_state(),
                 "local_gradient_steps": self.local_gradient_steps,
             }
-            state["replay"] = _gather_per_rank(mine, self.world_size)
+            state["replay"] = gather_per_rank(mine, self.world_size)
         return state
 
     def _apply_state(self, state: dict[str, Any]) -> None:
