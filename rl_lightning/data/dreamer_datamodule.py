@@ -29,8 +29,6 @@ Cross-stream hand-offs of the async engine (``StreamHandOff``; every one explici
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,12 +38,14 @@ from tensordict import TensorDict
 from rl_lightning import keys
 from rl_lightning.data.actors.recipes import DreamerRecipe
 from rl_lightning.data.dataloaders import Rollout
+from rl_lightning.data.dreamer_checks import check_budget, check_engine
+from rl_lightning.data.dreamer_stats import read_window_episode_stats, replay_stats, timing_stats
 from rl_lightning.data.on_policy import OnPolicyDataModule
 from rl_lightning.data.ranks import gather_per_rank
 from rl_lightning.data.ratio import Ratio
 from rl_lightning.data.replay import ReplayRing, check_sequence_replay
 from rl_lightning.data.sequence_collector import SequenceCollector, stepping
-from rl_lightning.data.stream_handoff import StreamHandOff
+from rl_lightning.data.stream_handoff import StreamHandOff, writing_if_async
 from rl_lightning.data.timing import PhaseTimer
 from rl_lightning.envs.base import BatchedEnv, TorchEnv
 from rl_lightning.envs.random_action import random_action
@@ -205,7 +205,7 @@ class DreamerDataModule(OnPolicyDataModule):
         return self.handoff.writer if self.handoff is not None else None
 
     def _make_collector(self, env: BatchedEnv, seed: int) -> SequenceCollector:
-        with self._actor_side():  # the collector's tensors are the actor's: allocate them on its stream
+        with writing_if_async(self.handoff):  # the collector's tensors are the actor's: allocate them on its stream
             return SequenceCollector(env, seed=seed)
 
     def _make_handoff(self, device: torch.device) -> StreamHandOff | None:
@@ -213,15 +213,6 @@ class DreamerDataModule(OnPolicyDataModule):
         if device.type == "cuda" and self.engine in ("auto", "cuda_async"):
             return StreamHandOff(torch.cuda.Stream(device))
         return None
-
-    @contextmanager
-    def _actor_side(self) -> Iterator[None]:
-        """Run the body on the actor stream, ordered after the learner's work so far (no-op in the cpu engine)."""
-        if self.handoff is None:
-            yield
-            return
-        with self.handoff.writing():
-            yield
 
     def setup(self, stage: str) -> None:
         if self.collector is not None or self.replay is not None:
@@ -234,7 +225,7 @@ class DreamerDataModule(OnPolicyDataModule):
         self.replay = ReplayRing(self.capacity, self.num_envs, device, safety_margin=self.safety_margin)
         self._actor_timer = PhaseTimer(device)
         if self._restored is not None:
-            with self._actor_side():
+            with writing_if_async(self.handoff):
                 self._apply_replay_state(self._restored)
 
     def check_fit_config(self, module: Any) -> None:
@@ -242,34 +233,8 @@ class DreamerDataModule(OnPolicyDataModule):
         stepping(self.env)  # an env the sequence collector cannot step is one line here (every built-in backend can)
         super().check_fit_config(module)
         self._check_replay()
-        self._check_engine(self._resolve_device())
-        per_env_budget = -(-self.total_env_steps // (self.num_envs * self.world_size))
-        if per_env_budget < self.min_ready_steps:
-            raise ConfigError(
-                f"data.total_env_steps={self.total_env_steps} gives each env only {per_env_budget} ticks, fewer "
-                f"than data.min_ready_steps={self.min_ready_steps}: no batch could ever be sampled; raise "
-                "total_env_steps or lower sequence_length"
-            )
-        if self.learning_starts >= self.total_env_steps:
-            raise ConfigError(
-                f"data.learning_starts={self.learning_starts} is not below data.total_env_steps="
-                f"{self.total_env_steps}: training would never start; lower learning_starts"
-            )
-
-    def _check_engine(self, device: torch.device) -> None:
-        if self.num_actors and self.engine == "cuda_async":
-            raise ConfigError(
-                f"data.engine='cuda_async' overlaps acting and learning on CUDA streams and data.num_actors="
-                f"{self.num_actors} in processes: choose one (engine: auto with actors)"
-            )
-        if self.engine == "cuda_async" and device.type != "cuda":
-            raise ConfigError(f"data.engine='cuda_async' needs a CUDA device, got {device}; use 'cpu' or 'auto'")
-        if device.type == "cuda" and self.engine != "cpu" and self.safety_margin < self.rollout_length:
-            raise ConfigError(
-                f"data.safety_margin={self.safety_margin} is below data.rollout_length={self.rollout_length}: "
-                "with the cuda_async engine a running actor window overwrites that many of the oldest rows "
-                "while the learner samples; raise safety_margin to at least rollout_length"
-            )
+        check_engine(self.engine, self.num_actors, self._resolve_device(), self.safety_margin, self.rollout_length)
+        check_budget(self.total_env_steps, self.num_envs, self.world_size, self.min_ready_steps, self.learning_starts)
 
     # ----- one engine cycle ---------------------------------------------------------------------------------
     def collect(self) -> DreamerUpdate:  # type: ignore[override]
@@ -283,7 +248,7 @@ class DreamerDataModule(OnPolicyDataModule):
         if self.handoff is not None:
             self.handoff.acquire()  # window k−1 is done: its rows, episode sums and env state are complete
             self.collector.env.check_outputs()  # NaN/inf of earlier windows, before their rows are sampled
-            episode = self._read_episode_stats()
+            episode = read_window_episode_stats(self.collector, self.handoff)
             batches = self._sample(self._due())  # rows committed by earlier windows only
             self._actor_window(module)  # after the reads above (StreamHandOff.writing), overlapping update k
         else:
@@ -291,10 +256,7 @@ class DreamerDataModule(OnPolicyDataModule):
             self.collector.env.check_outputs()  # NaN/inf from the env: one host sync per window
             batches = self._sample(self._due())
             episode = self.collector.episode_stats()
-        update = DreamerUpdate(batches, self._stats(module, episode))
-        if batches is not None:
-            self.last_rollout = Rollout(batches, update.stats)  # what FailFast saves to replay a bad update
-        return update
+        return self._update(batches, self._stats(module, episode))
 
     def _collect_from_actors(self) -> DreamerUpdate:  # type: ignore[override]
         """Add the actors' next window to the ring (committed whole) and sample this cycle's batches."""
@@ -304,10 +266,12 @@ class DreamerDataModule(OnPolicyDataModule):
         self.replay.add(rows.to(self.replay.device))
         self.replay.commit(None)
         batches = self._sample(self._due())
-        update = DreamerUpdate(batches, self._stats(module, {}, stats))
+        return self._update(batches, self._stats(module, {}, stats))
+
+    def _update(self, batches: TensorDict | None, stats: dict[str, torch.Tensor]) -> DreamerUpdate:
         if batches is not None:
-            self.last_rollout = Rollout(batches, update.stats)
-        return update
+            self.last_rollout = Rollout(batches, stats)  # what FailFast saves to replay a bad update
+        return DreamerUpdate(batches, stats)
 
     def actor_recipe(self) -> DreamerRecipe:
         """What an actor starting now builds: the sequence collector, the prefill still to do, then the player."""
@@ -323,33 +287,18 @@ class DreamerDataModule(OnPolicyDataModule):
         if self._player is None:
             env = self.collector.env  # type: ignore[union-attr]
             self._player = module.player(env.num_envs, env.device)
-            if self._restored is not None and self._restored.get("players"):
-                self._load_player(self._restored["players"])
+            players = self._restored.get("players") if self._restored is not None else None
+            rank = self.trainer.global_rank if self.trainer is not None else 0
+            if players and len(players) == self.world_size and players[rank] is not None:
+                self._player.load_state_dict(players[rank])
         return self._player
-
-    def _read_episode_stats(self) -> dict[str, torch.Tensor]:
-        """Async engine: episode stats of the last window, read and reset on the learner stream after ``acquire``.
-
-        Read before this cycle's window, not after it: reading them after would make the learner's stream wait for
-        the window and serialise the update behind it.
-        """
-        assert self.collector is not None
-        assert self.handoff is not None
-        sums = self.collector.finished
-        if not sums.updated:  # no window yet (first cycle of a run or a resume): nothing to read or reset
-            device = self.collector.env.device
-            return {key: torch.full((), float("nan"), device=device) for key in ("episode_return", "episode_length")}
-        self.handoff.keep_for_reader(sums.tensors())  # reset drops them while this stream may still read them
-        stats = self.collector.episode_stats()
-        self.handoff.keep_for_writer(sums.tensors())  # reset allocated them on this stream; the actor adds into them
-        return stats
 
     def _actor_window(self, module: Any) -> None:
         assert self.collector is not None
         assert self.replay is not None
         assert self._actor_timer is not None
         handoff, stream = self.handoff, self.actor_stream
-        with self._actor_side():
+        with writing_if_async(self.handoff):
             if handoff is not None:
                 handoff.wait(module.policy_ready_event)  # the actor copy's weights are fully copied
             self._actor_timer.start(stream)
@@ -396,22 +345,10 @@ class DreamerDataModule(OnPolicyDataModule):
         assert self._actor_timer is not None
         stats = self.rollout_stats(episode) if actor_stats is None else actor_stats
         trained = self.local_env_steps - self.train_start if self.train_start is not None else 0
-        stats["replay/size"] = torch.tensor(float(len(self.replay) * self.world_size))
-        stats["replay/fill"] = torch.tensor(self.replay.size / self.replay.capacity)
-        stats["replay/committed_t"] = torch.tensor(float(self.replay.committed_t))
-        stats["replay/ratio_actual"] = torch.tensor(self.local_gradient_steps / max(trained, 1))
-        stats["replay/ratio_requested"] = torch.tensor(float(self.replay_ratio))
-        actor_ms = self._actor_timer.poll()
-        if actor_ms is not None:
-            stats["perf/actor_ms"] = torch.tensor(actor_ms)
-        learner_ms = getattr(module, "last_learner_ms", None)
-        now = time.perf_counter()
-        if actor_ms is not None and learner_ms is not None and self._last_cycle is not None:
-            cycle_ms = 1e3 * (now - self._last_cycle)
-            hidden = (actor_ms + learner_ms - cycle_ms) / max(min(actor_ms, learner_ms), 1e-6)
-            stats["perf/overlap_eff"] = torch.tensor(min(max(hidden, 0.0), 1.0))
-            stats["perf/actor_busy"] = torch.tensor(min(actor_ms / max(cycle_ms, 1e-6), 1.0))
-            stats["perf/learner_busy"] = torch.tensor(min(learner_ms / max(cycle_ms, 1e-6), 1.0))
+        stats.update(replay_stats(self.replay, self.world_size, self.local_gradient_steps, trained, self.replay_ratio))
+        actor_ms, now = self._actor_timer.poll(), time.perf_counter()
+        cycle_ms = None if self._last_cycle is None else 1e3 * (now - self._last_cycle)
+        stats.update(timing_stats(actor_ms, getattr(module, "last_learner_ms", None), cycle_ms))
         self._last_cycle = now
         return stats
 
@@ -434,7 +371,7 @@ class DreamerDataModule(OnPolicyDataModule):
         return state
 
     def _apply_state(self, state: dict[str, Any]) -> None:
-        with self._actor_side():  # restored tensors are the actor's: written after its last window, on its stream
+        with writing_if_async(self.handoff):  # restored tensors are the actor's: after its last window, on its stream
             super()._apply_state(state)
             if self.replay is not None:
                 self._apply_replay_state(state)
@@ -455,11 +392,6 @@ class DreamerDataModule(OnPolicyDataModule):
             self.local_gradient_steps = int(mine["local_gradient_steps"])
         # A ring that was not restored refills first; the ratio must not then pay back the refill in one burst.
         self._realign = not restored and self.train_start is not None
-
-    def _load_player(self, players: list[Any]) -> None:
-        rank = self.trainer.global_rank if self.trainer is not None else 0
-        if len(players) == self.world_size and players[rank] is not None:
-            self._player.load_state_dict(players[rank])
 
     def teardown(self, stage: str) -> None:
         if self.handoff is not None and self.collector is not None:

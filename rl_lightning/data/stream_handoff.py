@@ -24,7 +24,7 @@ check the order of the hand-offs without a GPU.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -115,3 +115,9 @@ class StreamHandOff:
     def synchronize(self) -> None:
         """Host waits for the writer (teardown only: its tensors are about to be freed)."""
         self.ops.synchronize(self.writer)
+
+
+def writing_if_async(handoff: StreamHandOff | None) -> AbstractContextManager[None]:
+    """``handoff.writing()``: the body on the writer (actor) stream, after the reader's work so far; nothing without a
+    hand-off (the cpu engine)."""
+    return nullcontext() if handoff is None else handoff.writing()
