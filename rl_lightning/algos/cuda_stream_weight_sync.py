@@ -123,3 +123,15 @@ class CUDAStreamWeightSync(Callback):
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.syncs = int(state_dict.get("syncs", 0))
+
+
+def wait_for_policy(pl_module: Any) -> None:
+    """Make the current CUDA stream wait until the acting weights are copied (``CUDAStreamWeightSync``).
+
+    ``policy_ready_event`` is recorded on the weight-sync side stream after the copy; without the wait, the
+    evaluation's first forward pass could read a half-written acting copy. ``Event.wait()`` enqueues the wait
+    on the current stream and does not block the host.
+    """
+    event = getattr(pl_module, "policy_ready_event", None)
+    if event is not None:
+        event.wait()

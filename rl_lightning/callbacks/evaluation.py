@@ -14,8 +14,10 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from rl_lightning.algos.cuda_stream_weight_sync import wait_for_policy
 from rl_lightning.callbacks.background_run import BackgroundRun, frozen_policy, plays_beside_training
 from rl_lightning.callbacks.cadence import Cadence
+from rl_lightning.callbacks.evaluation_settings import check_evaluation_settings
 from rl_lightning.envs.base import TorchEnv
 from rl_lightning.errors import ConfigError
 from rl_lightning.evaluation.episodes import DEFAULT_MAX_STEPS, Episodes, episode_metrics, play_episodes
@@ -23,7 +25,6 @@ from rl_lightning.evaluation.fused import CompiledEpisodes, require_compiled_eva
 from rl_lightning.evaluation.video import (
     FrameRecorder,
     check_renders,
-    require_video_extra,
     tensorboard_loggers,
     write_video,
 )
@@ -121,34 +122,7 @@ class Evaluation(Callback):
         background: bool = False,
     ) -> None:
         self.cadence = Cadence("Evaluation", every_n_updates, every_n_env_steps)
-        if num_episodes < 1:
-            raise ConfigError(f"Evaluation: num_episodes={num_episodes} must be >= 1")
-        if not 0 <= record_video <= num_episodes:
-            raise ConfigError(
-                f"Evaluation: record_video={record_video} must be in [0, num_episodes={num_episodes}] "
-                "(0 records nothing)"
-            )
-        if max_steps < 1:
-            raise ConfigError(f"Evaluation: max_steps={max_steps} must be >= 1 (steps after which an episode is cut)")
-        if video_fps < 1:
-            raise ConfigError(f"Evaluation: video_fps={video_fps} must be >= 1")
-        if record_video:
-            require_video_extra(f"Evaluation: record_video={record_video}")
-        if compile and record_video:
-            raise ConfigError(
-                f"Evaluation: compile=true plays without rendering, so record_video={record_video} cannot record; "
-                "set one of them off"
-            )
-        if background and record_video:
-            raise ConfigError(
-                f"Evaluation: background=true plays in a thread beside training, which renders nothing, so "
-                f"record_video={record_video} cannot record; set record_video: 0 or background: false"
-            )
-        if background and compile:
-            raise ConfigError(
-                "Evaluation: background=true plays a frozen copy step by step in the learner's waits, but compile=true "
-                "runs a step compiled around the live module; set one of them off"
-            )
+        check_evaluation_settings(num_episodes, max_steps, record_video, video_fps, compile, background)
         self.background = background
         self._in_background = False  # resolved at setup: ``background`` where the learner waits for actors
         self._pending: BackgroundRun | None = None
@@ -395,18 +369,6 @@ class Evaluation(Callback):
         self.last_updates = self._last_taken = state_dict["last_updates"]
         if "cadence" in state_dict:
             self.cadence.load_state_dict(state_dict["cadence"])
-
-
-def wait_for_policy(pl_module: Any) -> None:
-    """Make the current CUDA stream wait until the acting weights are copied (``CUDAStreamWeightSync``).
-
-    ``policy_ready_event`` is recorded on the weight-sync side stream after the copy; without the wait, the
-    evaluation's first forward pass could read a half-written acting copy. ``Event.wait()`` enqueues the wait
-    on the current stream and does not block the host.
-    """
-    event = getattr(pl_module, "policy_ready_event", None)
-    if event is not None:
-        event.wait()
 
 
 def _sum_over_ranks(trainer: pl.Trainer) -> Any:
