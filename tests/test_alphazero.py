@@ -21,7 +21,7 @@ from rl_lightning import keys  # noqa: E402
 from rl_lightning.algos import AlphaZero  # noqa: E402
 from rl_lightning.algos.alphazero import SEARCH_POLICY, PUCTSearch, root_values, visit_targets  # noqa: E402
 from rl_lightning.algos.alphazero.module import TERMS, TREE_MASK, TREE_OBS, TREE_POLICY, TREE_VALID  # noqa: E402
-from rl_lightning.algos.alphazero.puct import tree_positions  # noqa: E402
+from rl_lightning.algos.alphazero.tree import tree_positions  # noqa: E402
 from rl_lightning.algos.selfplay_targets import TRAIN_KEY  # noqa: E402
 from rl_lightning.data import OnPolicyDataModule  # noqa: E402
 from rl_lightning.envs import Pendulum  # noqa: E402

@@ -29,14 +29,8 @@ from rl_lightning.algos.alphazero.grid_games import (  # noqa: E402
     makes_line,
     write_observation,
 )
-from rl_lightning.algos.alphazero.puct import (  # noqa: E402
-    PUCTSearch,
-    _Node,
-    root_values,
-    tree_positions,
-    unrefuted,
-    visit_targets,
-)
+from rl_lightning.algos.alphazero.puct import PUCTSearch  # noqa: E402
+from rl_lightning.algos.alphazero.tree import Node, root_values, tree_positions, unrefuted, visit_targets  # noqa: E402
 from rl_lightning.envs.games import OpenSpielEnv  # noqa: E402
 from rl_lightning.errors import ConfigError  # noqa: E402
 from tests.cli_subprocess import ERROR_PREFIX, ROOT, run_cli  # noqa: E402
@@ -136,7 +130,7 @@ def test_the_compiled_trees_equal_the_python_searchs_bit_for_bit(name, guided, s
     evaluator = _network(name).logits_and_value if guided else None
     python = _searched("python", states, evaluator, simulations, noise_seed)
     compiled = _searched("compiled", states, evaluator, simulations, noise_seed)
-    assert isinstance(python[0], _Node)
+    assert isinstance(python[0], Node)
     assert isinstance(compiled[0], NodeView)
     expected, got = _read(python, game.num_distinct_actions()), _read(compiled, game.num_distinct_actions())
     for field, value in expected.items():

@@ -20,7 +20,7 @@ from rl_lightning import keys  # noqa: E402
 from rl_lightning.algos import AlphaZero  # noqa: E402
 from rl_lightning.algos.alphazero import SEARCH_POLICY, GumbelSearch  # noqa: E402
 from rl_lightning.algos.alphazero.gumbel import considered_visits, improved_policy, transformed_q  # noqa: E402
-from rl_lightning.algos.alphazero.puct import _Node, unrefuted  # noqa: E402
+from rl_lightning.algos.alphazero.tree import Node, unrefuted  # noqa: E402
 from rl_lightning.envs.games import OpenSpielEnv  # noqa: E402
 from rl_lightning.errors import ConfigError  # noqa: E402
 from tests.cli_subprocess import ERROR_PREFIX, ROOT, run_cli  # noqa: E402
@@ -91,9 +91,9 @@ def test_the_roots_visits_follow_naive_sequential_halving_on_fixed_scores(m, n, 
     assert np.allclose(policy[0], prior, atol=1e-6)  # σ = 0: π' is the prior
 
 
-def _hand_node(seed: int) -> _Node:
+def _hand_node(seed: int) -> Node:
     rng = np.random.default_rng(seed)
-    node = _Node(_c4([3, 2, 3]))
+    node = Node(_c4([3, 2, 3]))
     node.prior = rng.dirichlet([0.7] * 7).tolist()
     node.counts = [int(c) for c in rng.integers(0, 4, 7)]
     node.counts[int(rng.integers(7))] = 0  # at least one unvisited move
@@ -103,7 +103,7 @@ def _hand_node(seed: int) -> _Node:
     return node
 
 
-def _reference_sigma(node: _Node, c_visit: float = 50.0, c_scale: float = 0.1, bounds=None) -> np.ndarray:
+def _reference_sigma(node: Node, c_visit: float = 50.0, c_scale: float = 0.1, bounds=None) -> np.ndarray:
     n = np.array(node.counts, dtype=float)
     p = np.array(node.prior)
     q = np.divide(np.array(node.value_sum), n, out=np.zeros(7), where=n > 0)

@@ -31,7 +31,8 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.algos import PPO, SPO, AlphaZero
-from rl_lightning.algos.alphazero.puct import Evaluator, PUCTSearch, _Node, check_searchable, unrefuted
+from rl_lightning.algos.alphazero.puct import Evaluator, PUCTSearch, check_searchable
+from rl_lightning.algos.alphazero.tree import Node, unrefuted
 from rl_lightning.envs.games.bots.mcts import engine_rows
 from rl_lightning.errors import ConfigError
 from rl_lightning.lineage import REVISION_KEY, read_checkpoint
@@ -116,7 +117,7 @@ class NetworkMCTS(PUCTSearch):
             self._rng = random.Random(int(torch.randint(2**31 - 1, (1,), generator=generator, device=generator.device)))
         return self.search(engine_states, read=lambda roots: self._choose(roots, generator)).to(action_mask.device)
 
-    def _choose(self, roots: list[_Node], generator: torch.Generator) -> torch.Tensor:
+    def _choose(self, roots: list[Node], generator: torch.Generator) -> torch.Tensor:
         """Each root's move among the moves its proofs leave (``unrefuted``, the rule of AlphaZero's targets): the
         most visited, or with ``temperature > 0`` and the root unsolved a draw ∝ visits^(1/temperature)."""
         actions = []

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from rl_lightning.algos.alphazero.gumbel import GumbelSearch
 from rl_lightning.algos.alphazero.module import SEARCH_POLICY, AlphaZero
-from rl_lightning.algos.alphazero.puct import PUCTSearch, check_searchable, root_values, visit_targets
+from rl_lightning.algos.alphazero.puct import PUCTSearch, check_searchable
+from rl_lightning.algos.alphazero.tree import root_values, visit_targets
 
 __all__ = [
     "SEARCH_POLICY",

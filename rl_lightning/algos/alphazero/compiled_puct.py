@@ -1,13 +1,13 @@
 """``PUCTSearch``'s search (``puct.py``), with its trees in arrays and its tree work compiled, for the grid games the
 kernels of ``grid_games.py`` play (Connect Four, tic-tac-toe).
 
-The Python search spends over half of a Connect Four self-play step walking ``_Node`` objects and cloning ``pyspiel``
+The Python search spends over half of a Connect Four self-play step walking ``Node`` objects and cloning ``pyspiel``
 states; here each simulation is one compiled descent over every tree (PUCT's choice, a new node played by the
 kernels, a finished game's result backed up and proven), one batched network forward of the leaves, and one
 compiled expansion and backup. It makes the same choices in the same order with the same float64 arithmetic, so
 its visit counts, values and proofs equal the Python search's exactly (``tests/test_alphazero_compiled.py`` checks
 that over random positions, with and without root noise, network and uniform priors): the Python search stays the
-reference, this one its fast form. ``search`` returns ``NodeView`` roots, which read as ``_Node`` roots do
+reference, this one its fast form. ``search`` returns ``NodeView`` roots, which read as ``Node`` roots do
 (``visit_targets``, ``unrefuted``, ``root_values``, ``tree_positions``, ``NetworkMCTS``'s choice).
 """
 
@@ -33,7 +33,7 @@ from rl_lightning.algos.alphazero.grid_games import (
 
 
 class NodeView:
-    """A node of a compiled tree as the readers of ``_Node`` trees see it: ``player``, ``legal``, ``counts``,
+    """A node of a compiled tree as the readers of ``Node`` trees see it: ``player``, ``legal``, ``counts``,
     ``value_sum``, ``visits``, ``prior`` (None until evaluated), ``value``, ``solved`` (every seat's result, or None),
     ``children`` (None where unvisited) and ``state`` (a ``pyspiel`` state, replayed from the root's). Each is read
     from the arrays the first time it is asked for, so a reader pays only for what it reads (``visit_targets`` the
@@ -212,7 +212,7 @@ def _numpy_sum(values: np.ndarray, n: int) -> float:
 
 @njit(cache=True)
 def _select(c_puct, t, node, legal, prior, counts, value_sum, visits):  # noqa: ANN001, ANN202
-    """PUCT's choice at ``node`` (the lowest action among equal scores), as ``_Node.select``."""
+    """PUCT's choice at ``node`` (the lowest action among equal scores), as ``tree.Node.select``."""
     scale = c_puct * math.sqrt(max(visits[t, node], 1))
     best, best_score = -1, -math.inf
     for action in range(legal.shape[2]):
@@ -228,7 +228,7 @@ def _select(c_puct, t, node, legal, prior, counts, value_sum, visits):  # noqa: 
 
 @njit(cache=True)
 def _prove(t, node, best, player, legal, solved, result, child) -> bool:  # noqa: ANN001
-    """MCTS-Solver at ``node`` (``puct._proven``): proven by a child giving its mover ``best``, or by every child
+    """MCTS-Solver at ``node`` (``tree.proven``): proven by a child giving its mover ``best``, or by every child
     being solved (the mover's best of them, the first among equals). Sets ``solved`` / ``result``."""
     mover = player[t, node]
     for action in range(legal.shape[2]):
@@ -255,7 +255,7 @@ def _prove(t, node, best, player, legal, solved, result, child) -> bool:  # noqa
 @njit(cache=True)
 def _backup(t, first_seat_value, second_seat_value, proving, best, player, legal, solved, result, counts,  # noqa: ANN001
             value_sum, visits, child, path_node, path_action, path_length) -> None:  # fmt: skip
-    """``puct._backup`` along tree ``t``'s path: every edge gets the value of the seat that moved, proofs go up."""
+    """``tree.backup`` along tree ``t``'s path: every edge gets the value of the seat that moved, proofs go up."""
     for step in range(path_length[t] - 1, -1, -1):
         node, action = path_node[t, step], path_action[t, step]
         counts[t, node, action] += 1

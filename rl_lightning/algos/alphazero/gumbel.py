@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from rl_lightning.algos.alphazero.puct import Evaluator, PUCTSearch, _Node, unrefuted
+from rl_lightning.algos.alphazero.puct import Evaluator, PUCTSearch
+from rl_lightning.algos.alphazero.tree import Node, unrefuted
 from rl_lightning.errors import ConfigError
 
 _TINY = 1e-30  # the smallest prior a logit is taken of (a masked softmax can underflow to 0)
@@ -47,9 +48,7 @@ def considered_visits(max_considered: int, simulations: int) -> tuple[int, ...]:
     return tuple(schedule[:simulations])
 
 
-def transformed_q(
-    node: _Node, c_visit: float, c_scale: float, bounds: tuple[float, float] | None = None
-) -> list[float]:
+def transformed_q(node: Node, c_visit: float, c_scale: float, bounds: tuple[float, float] | None = None) -> list[float]:
     """``σ(q̂)`` of each of ``node``'s legal moves (the module docstring), for the seat that moves at ``node``;
     ``bounds``: rescale by the game's worst and best result instead of the node's own minimum and maximum."""
     counts, prior = node.counts, node.prior
@@ -72,7 +71,7 @@ def transformed_q(
 
 
 def improved_policy(
-    node: _Node,
+    node: Node,
     c_visit: float,
     c_scale: float,
     sigma: list[float] | None = None,
@@ -89,7 +88,7 @@ def improved_policy(
     return [weight / total for weight in weights]
 
 
-class _GumbelRoot(_Node):
+class _GumbelRoot(Node):
     """A root: a node with its Gumbel draw per legal move (already times the root's scale)."""
 
     __slots__ = ("gumbel",)
@@ -144,7 +143,7 @@ class GumbelSearch(PUCTSearch):
         self,
         engine_states: list[Any],
         root_noise: tuple[Sequence[float], np.random.Generator] | None = None,
-        read: Callable[[list[_Node]], Any] | None = None,
+        read: Callable[[list[Node]], Any] | None = None,
     ) -> Any:
         """Grow one tree per state, as ``PUCTSearch.search``. ``root_noise = (scales, rng)``: root ``i``'s Gumbel
         draws from ``rng``, times ``scales[i]`` (0: none, the greedy search); ``None``: no root draws Gumbel noise."""
@@ -156,7 +155,7 @@ class GumbelSearch(PUCTSearch):
         super()._start(game)
         self._bounds = (game.min_utility(), game.max_utility()) if self.q_scaling == "bounds" else None
 
-    def _add_root_noise(self, roots: list[_Node], root_noise: tuple[Sequence[float], np.random.Generator]) -> None:
+    def _add_root_noise(self, roots: list[Node], root_noise: tuple[Sequence[float], np.random.Generator]) -> None:
         """Each root's Gumbel draw, times its scale (``search``'s ``root_noise``)."""
         scales, rng = root_noise
         for root, scale in zip(roots, scales, strict=True):
@@ -164,7 +163,7 @@ class GumbelSearch(PUCTSearch):
             if scale > 0 and root.legal:
                 root.gumbel = (scale * rng.gumbel(size=len(root.legal))).tolist()
 
-    def _edge(self, node: _Node, at_root: bool) -> int:
+    def _edge(self, node: Node, at_root: bool) -> int:
         if not at_root and not node.visits:  # π' is the prior and no move has a visit yet
             assert node.prior is not None
             return node.prior.index(max(node.prior))
@@ -179,7 +178,7 @@ class GumbelSearch(PUCTSearch):
         wanted = considered_visits(considered, self.simulations)[node.visits]
         return _best_of(node, sigma, [i for i, count in enumerate(node.counts) if count == wanted])
 
-    def outputs(self, roots: list[_Node], num_actions: int) -> tuple[np.ndarray, np.ndarray]:
+    def outputs(self, roots: list[Node], num_actions: int) -> tuple[np.ndarray, np.ndarray]:
         """``(policy [R, num_actions], action [R])``: each root's policy target (``π'`` over the moves no proof rules
         out) and its move (the largest ``g + logits + σ(q̂)`` among those moves' most visited)."""
         policy = np.zeros((len(roots), num_actions), dtype=np.float32)
@@ -195,7 +194,7 @@ class GumbelSearch(PUCTSearch):
         return policy, action
 
 
-def _best_of(root: _Node, sigma: list[float], candidates: list[int]) -> int:
+def _best_of(root: Node, sigma: list[float], candidates: list[int]) -> int:
     """The candidate (an index into ``root.legal``) with the largest ``g + logits + σ(q̂)`` (ties: the first)."""
     gumbel = getattr(root, "gumbel", None) or [0.0] * len(root.legal)
     assert root.prior is not None, "an evaluated root"

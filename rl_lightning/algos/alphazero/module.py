@@ -29,13 +29,8 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.algos.alphazero.gumbel import GumbelSearch
-from rl_lightning.algos.alphazero.puct import (
-    PUCTSearch,
-    check_searchable,
-    root_values,
-    tree_positions,
-    visit_targets,
-)
+from rl_lightning.algos.alphazero.puct import PUCTSearch, check_searchable
+from rl_lightning.algos.alphazero.tree import root_values, tree_positions, visit_targets
 from rl_lightning.algos.ppo import PPO, ppo_arguments
 from rl_lightning.envs.base import BatchedEnv, EnvSpec
 from rl_lightning.envs.games.reflection import Reflection, board_reflection

@@ -20,15 +20,15 @@ proven better): ``visit_targets`` turns the roots' visit counts over them into A
 ``NetworkMCTS`` chooses among them; ``root_noise`` mixes Dirichlet noise into the roots' priors (AlphaZero's
 exploration in self-play).
 
-Used by ``AlphaZero`` (``algos/alphazero/module.py``) to act and to make its targets, and by the ``NetworkMCTS``
-bot (``games/search.py``).
+The tree's nodes, their backup with proofs and what is read off the roots live in ``algos/alphazero/tree.py``. Used by
+``AlphaZero`` (``algos/alphazero/module.py``) to act and to make its targets, and by the ``NetworkMCTS`` bot
+(``games/search.py``).
 """
 
 from __future__ import annotations
 
 import gc
 import importlib.util
-import math
 import random
 from collections.abc import Callable
 from typing import Any
@@ -36,81 +36,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from rl_lightning.algos.alphazero.tree import Node, backup
 from rl_lightning.errors import ConfigError
 
 #: ``(obs [L, *obs], mask [L, A] bool) -> (logits [L, A], value [L])``: the network as the search reads it.
 Evaluator = Any
 
 
-class _Node:
-    """One position of a search tree: its state, whose turn, and the statistics of its legal actions (plain lists:
-    for a handful of actions a Python loop costs less than numpy's per-call overhead)."""
-
-    __slots__ = ("children", "counts", "legal", "player", "prior", "solved", "state", "value", "value_sum", "visits")
-
-    def __init__(self, state: Any) -> None:
-        self.state = state
-        terminal = state.is_terminal()
-        #: Every seat's result under best play, once known: the game's returns at its end, or proven (``_prove``).
-        self.solved: list[float] | None = state.returns() if terminal else None
-        self.player = -1 if terminal else state.current_player()
-        self.legal: list[int] = [] if terminal else state.legal_actions()
-        self.prior: list[float] | None = None  # set when the network evaluates the node
-        self.value = 0.0  # the leaf evaluation's value for ``player``, set with ``prior``
-        self.counts = [0] * len(self.legal)
-        self.value_sum = [0.0] * len(self.legal)
-        self.visits = 0
-        self.children: list[_Node | None] = [None] * len(self.legal)
-
-    def select(self, c_puct: float) -> int:
-        """The index (into ``legal``) of the PUCT choice (ties: the lowest index)."""
-        scale = c_puct * math.sqrt(max(self.visits, 1))
-        best, best_score = 0, -math.inf
-        for index, (count, total, prior) in enumerate(zip(self.counts, self.value_sum, self.prior, strict=True)):
-            score = (total / count if count else 0.0) + scale * prior / (1 + count)
-            if score > best_score:
-                best, best_score = index, score
-        return best
-
-    def child(self, index: int) -> _Node:
-        node = self.children[index]
-        if node is None:
-            state = self.state.clone()
-            state.apply_action(self.legal[index])
-            node = self.children[index] = _Node(state)
-        return node
-
-
 def _normalised(probs: np.ndarray) -> list[float]:
     """The prior over the legal actions, summing to 1 (masked logits leave ~0 mass elsewhere)."""
     return (probs / probs.sum()).tolist()
-
-
-def _backup(path: list[tuple[_Node, int]], values: Any, best: float) -> None:
-    """Add the leaf's per-seat ``values`` along ``path``: each edge gets the value of the seat that moved.
-
-    A solved leaf proves its way up as far as it can (MCTS-Solver, Winands et al. 2008): a node is solved when a
-    child gives its mover the game's ``best`` result, or when every child is solved (the mover's best of them).
-    """
-    proving = path and path[-1][0].children[path[-1][1]].solved is not None
-    for node, index in reversed(path):
-        node.counts[index] += 1
-        node.value_sum[index] += values[node.player]
-        node.visits += 1
-        if proving:
-            node.solved = _proven(node, best)
-            proving = node.solved is not None
-
-
-def _proven(node: _Node, best: float) -> list[float] | None:
-    """``node``'s result if its children prove it (a winning child, or all children solved), else None."""
-    results = [child.solved if child is not None else None for child in node.children]
-    mover = node.player
-    if any(result is not None and result[mover] >= best for result in results):
-        return next(result for result in results if result is not None and result[mover] >= best)
-    if all(result is not None for result in results):
-        return max(results, key=lambda result: result[mover])
-    return None
 
 
 def check_searchable(env: Any, field: str, who: str = "the search") -> str:
@@ -195,7 +130,7 @@ class PUCTSearch:
         self,
         engine_states: list[Any],
         root_noise: tuple[float, float, np.random.Generator] | None = None,
-        read: Callable[[list[_Node]], Any] | None = None,
+        read: Callable[[list[Node]], Any] | None = None,
     ) -> Any:
         """Grow one tree per state (``simulations`` leaves each); the roots, with their visit statistics, or
         ``read(roots)`` when given (what the caller needs of them, read before the trees are freed).
@@ -249,7 +184,7 @@ class PUCTSearch:
                               "pip install 'rl-lightning[games]', or set search_backend: python")  # fmt: skip
         return grid
 
-    def _search(self, engine_states: list[Any], root_noise: Any) -> list[_Node]:
+    def _search(self, engine_states: list[Any], root_noise: Any) -> list[Node]:
         grid = self.compiled_grid(engine_states[0].get_game())
         if grid is not None:
             from rl_lightning.algos.alphazero.compiled_puct import compiled_search
@@ -263,13 +198,13 @@ class PUCTSearch:
         self._simulate(roots)
         return roots
 
-    _root_type = _Node  # the node class of the roots
+    _root_type = Node  # the node class of the roots
 
     def _start(self, game: Any) -> None:
         """Read what a search of ``game`` needs before its roots are made."""
         self._best = game.max_utility()
 
-    def _add_root_noise(self, roots: list[_Node], root_noise: tuple[float, float, np.random.Generator]) -> None:
+    def _add_root_noise(self, roots: list[Node], root_noise: tuple[float, float, np.random.Generator]) -> None:
         """Mix ``Dirichlet(alpha)`` noise drawn from ``rng`` into each root's prior by ``fraction``."""
         alpha, fraction, rng = root_noise
         for root in roots:
@@ -277,7 +212,7 @@ class PUCTSearch:
                 noise = rng.dirichlet([alpha] * len(root.legal))
                 root.prior = [(1.0 - fraction) * p + fraction * n for p, n in zip(root.prior, noise, strict=True)]
 
-    def _simulate(self, roots: list[_Node]) -> None:
+    def _simulate(self, roots: list[Node]) -> None:
         """``simulations`` rounds: descend every tree to a leaf by ``_edge`` and evaluate the leaves in one batch."""
         for _ in range(self.simulations):
             pending = []
@@ -288,16 +223,16 @@ class PUCTSearch:
                     path.append((node, index))
                     node = node.child(index)
                 if node.solved is not None:
-                    _backup(path, node.solved, self._best)
+                    backup(path, node.solved, self._best)
                 else:
                     pending.append((path, node))
             self._evaluate(pending)
 
-    def _edge(self, node: _Node, at_root: bool) -> int:
+    def _edge(self, node: Node, at_root: bool) -> int:
         """The edge a simulation follows from ``node`` (an index into ``node.legal``): PUCT's choice."""
         return node.select(self.c_puct)
 
-    def _evaluate(self, pending: list[tuple[list[tuple[_Node, int]], _Node]]) -> None:
+    def _evaluate(self, pending: list[tuple[list[tuple[Node, int]], Node]]) -> None:
         """Set the prior of each pending leaf and back its value up its path (one batched forward)."""
         if not pending:
             return
@@ -321,7 +256,7 @@ class PUCTSearch:
                 played = self._rollout(node.state)
                 per_seat = [(1.0 - mix) * v + mix * z for v, z in zip(per_seat, played, strict=True)]
             node.value = per_seat[node.player]
-            _backup(path, per_seat, self._best)
+            backup(path, per_seat, self._best)
 
     def _rollout(self, state: Any) -> list[float]:
         """Every seat's result of one game played on from ``state`` with uniformly random moves."""
@@ -331,7 +266,7 @@ class PUCTSearch:
             state.apply_action(choice(state.legal_actions()))
         return state.returns()
 
-    def observe(self, leaves: list[_Node]) -> tuple[torch.Tensor, torch.Tensor]:
+    def observe(self, leaves: list[Node]) -> tuple[torch.Tensor, torch.Tensor]:
         """The acting seat's observation and legal-action mask of each leaf, as the env would give them."""
         observer, shape = self._observer(leaves[0].state.get_game())
         obs = np.empty((len(leaves), *shape), dtype=np.float32)
@@ -359,69 +294,3 @@ class PUCTSearch:
                 shape = tuple(game.observation_tensor_shape())
             self._observers[key] = (observer, tuple(int(d) for d in shape))
         return self._observers[key]
-
-
-def visit_targets(roots: list[_Node], num_actions: int) -> np.ndarray:
-    """``[len(roots), num_actions]``: AlphaZero's policy target of each root, its visit counts normalised, with the
-    moves its proofs rule out given no mass.
-
-    A move is ruled out when the mover has a proven better one: with a proven win, only the winning moves keep
-    mass; a move proven lost is dropped while any other move is not proven lost; a proven result below another
-    move's proven result is dropped. Without proofs the target is the visit distribution itself. Kept moves with no
-    visits between them share the mass equally.
-    """
-    targets = np.zeros((len(roots), num_actions), dtype=np.float32)
-    for row, root in enumerate(roots):
-        keep = unrefuted(root)
-        counts = np.array([root.counts[i] for i in keep], dtype=np.float64)
-        weights = counts / counts.sum() if counts.sum() > 0 else np.full(len(keep), 1.0 / len(keep))
-        targets[row, [root.legal[i] for i in keep]] = weights
-    return targets
-
-
-def unrefuted(root: _Node) -> list[int]:
-    """The indices (into ``root.legal``) of the moves no proof rules out, never empty: the rule of ``visit_targets``
-    (AlphaZero's targets and its self-play moves) and of ``NetworkMCTS``'s move, so the searching player never plays
-    a move its own search proved lost while another move is unproven or proven better."""
-    mover = root.player
-    results = [child.solved[mover] if child is not None and child.solved is not None else None
-               for child in root.children]  # fmt: skip
-    game = root.state.get_game()
-    best, worst = game.max_utility(), game.min_utility()
-    proven = [r for r in results if r is not None]
-    guaranteed = max(proven) if proven else -math.inf
-    all_lost = all(r is not None and r <= worst for r in results)
-    return [
-        index
-        for index, result in enumerate(results)
-        if (guaranteed < best if result is None else result >= guaranteed and (result > worst or all_lost))
-    ]
-
-
-def root_values(roots: list[_Node]) -> np.ndarray:
-    """``[len(roots)]``: each root's value for its mover after the search: its proven result where solved, else the
-    visit-weighted mean of its moves' values (the search's estimate of the position; 0 for a root never expanded)."""
-    values = np.zeros(len(roots), dtype=np.float32)
-    for row, root in enumerate(roots):
-        if root.solved is not None:
-            values[row] = root.solved[root.player]
-        elif root.visits:
-            values[row] = sum(root.value_sum) / root.visits
-    return values
-
-
-def tree_positions(roots: list[_Node], count: int, min_visits: int) -> list[list[_Node]]:
-    """Per root, up to ``count`` other positions of its tree worth a policy target: not finished, evaluated, and
-    either searched at least ``min_visits`` times or solved (whose proofs alone rule moves out); solved ones first,
-    then the most visited. Both seats' positions: the opponent's replies train the same network."""
-    picked = []
-    for root in roots:
-        found, stack = [], [child for child in root.children if child is not None]
-        while stack:
-            node = stack.pop()
-            if node.legal and node.prior is not None and (node.solved is not None or node.visits >= min_visits):
-                found.append(node)
-            stack.extend(child for child in node.children if child is not None)
-        found.sort(key=lambda node: (node.solved is not None, node.visits), reverse=True)
-        picked.append(found[:count])
-    return picked
