@@ -280,7 +280,7 @@ class OnPolicyDataModule(pl.LightningDataModule):
         if self.selfplay is not None:
             self.selfplay.before_rollout(module)  # the learner's league, checkpointed; the actors keep mirrors
         self.actors.publish(module.state_dict(), module.policy_version)
-        rank = self.trainer.global_rank if self.trainer is not None else None
+        rank = self.trainer.global_rank if self.world_size > 1 and self.trainer is not None else None  # DDP only
         try:
             gathered, counted = next_rollout_of_every_rank(self.actors, module.policy_version, self.world_size, rank)
         except EnvError:
