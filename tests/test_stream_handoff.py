@@ -21,6 +21,7 @@ from tensordict import TensorDict
 
 from rl_lightning import keys
 from rl_lightning.callbacks import CUDAStreamWeightSync
+from rl_lightning.data.dreamer_stats import read_window_episode_stats
 from rl_lightning.data.stream_handoff import StreamHandOff
 from rl_lightning.envs.random_action import random_action
 
@@ -69,7 +70,7 @@ class _Instrument(pl.Callback):
         sums = dm.collector.finished
         before, start = sums.tensors(), len(self.ops.log)  # held, so their ids cannot be reused by new tensors
         dm.handoff.acquire()  # as ``collect`` does before it reads
-        dm._read_episode_stats()
+        read_window_episode_stats(dm.collector, dm.handoff)
         after = sums.tensors()
         keeps = [e for e in self.ops.log[start:] if e[0] == "keep"]
         self.stats_keeps = ([id(t) for t in before], [id(t) for t in after], keeps, before)
