@@ -80,13 +80,13 @@ def recipe_digest(entry: Entry) -> str:
 
 
 def finished(suite: Suite, entry: Entry, seed: int) -> bool:
-    """Whether the run has a committed summary made from the entry's current recipe (a record from before the
-    digest was kept counts as current)."""
+    """Whether the run has a committed summary made from the entry's current recipe (its process record names the
+    recipe's digest; a summary without one is of unknown make and is fitted again)."""
     if not summary_path(suite, entry, seed).is_file():
         return False
     record = process_path(suite, entry, seed)
     made_from = json.loads(record.read_text()).get("recipe_digest") if record.is_file() else None
-    return made_from in (None, recipe_digest(entry))
+    return made_from is not None and made_from == recipe_digest(entry)
 
 
 def forget(suite: Suite, entry: Entry, seed: int, log) -> None:
