@@ -191,3 +191,39 @@ def test_the_sb3_timing_table_takes_each_ratio_pair_by_pair_and_medians_them():
     # CPU: medians 20 / 40; pair ratios 0.5, 1.0, 0.2 -> 0.5
     assert cells[5:8] == ["20.0", "40.0", "0.50x"]
     assert cells[8] == "400"  # 20 s / 50,000 env steps in µs
+
+
+def test_a_run_folder_of_another_recipe_is_cleared_rather_than_resumed(tmp_path):
+    """A checkpoint left in a run's folder resumes only a fit of the same recipe: after the config changed (or in a
+    folder that does not say what made it) the folder is removed and the fit starts afresh."""
+    sys.path.insert(0, str(RUN.parent))
+    try:
+        import runs
+        from suite import Entry, Suite
+    finally:
+        sys.path.remove(str(RUN.parent))
+    copy = tmp_path / "configs" / "recipe.yaml"
+    copy.parent.mkdir()
+    copy.write_text((ROOT / "configs" / "ppo.yaml").read_text())
+    entry = Entry("ppo", str(copy.relative_to(tmp_path)), "CartPole", (0,), 1000)
+    suite = Suite("s", "S", "eval/episode_return", (entry,))
+    old_repo, runs.REPO, runs.ROOT[0] = runs.REPO, tmp_path, tmp_path
+    try:
+        folder = runs.run_dir(suite, entry, 0)
+        ckpt = folder / "version_0" / "checkpoints" / "last.ckpt"
+        ckpt.parent.mkdir(parents=True)
+        ckpt.write_bytes(b"weights")
+        said = []
+        assert runs.resumable(suite, entry, 0, said.append) is None  # no marker: unknown make
+        assert not folder.exists()
+        assert len(said) == 1
+        ckpt.parent.mkdir(parents=True)
+        ckpt.write_bytes(b"weights")
+        (folder / runs.RECIPE_MARKER).write_text(runs.recipe_digest(entry) + "\n")
+        assert runs.resumable(suite, entry, 0, said.append) == ckpt  # the same recipe resumes
+        copy.write_text(copy.read_text().replace("num_envs: 8", "num_envs: 4"))
+        assert runs.resumable(suite, entry, 0, said.append) is None  # another recipe
+        assert not folder.exists()
+        assert len(said) == 2
+    finally:
+        runs.REPO, runs.ROOT[0] = old_repo, ROOT

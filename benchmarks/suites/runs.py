@@ -98,6 +98,26 @@ def forget(suite: Suite, entry: Entry, seed: int, log) -> None:
     shutil.rmtree(run_dir(suite, entry, seed), ignore_errors=True)
 
 
+#: The file in a run folder naming the recipe its checkpoints were made from.
+RECIPE_MARKER = "recipe.digest"
+
+
+def resumable(suite: Suite, entry: Entry, seed: int, log) -> Path | None:
+    """The run folder's ``last.ckpt`` to resume from, if its checkpoints were made from the entry's current recipe;
+    a folder of another recipe (or of unknown make) is removed, so that the fit starts afresh instead of resuming
+    weights, budget and optimiser made under other settings."""
+    folder = run_dir(suite, entry, seed)
+    found = last_checkpoint(folder)
+    if found is None:
+        return None
+    marker = folder / RECIPE_MARKER
+    if marker.is_file() and marker.read_text().strip() == recipe_digest(entry):
+        return found
+    log(f"{entry.name} seed {seed}: {_shown(folder)} holds a run of another recipe: fitting it afresh")
+    shutil.rmtree(folder)
+    return None
+
+
 def last_checkpoint(folder: Path) -> Path | None:
     found = sorted(folder.glob("**/last.ckpt"))
     return found[0] if found else None
@@ -120,9 +140,10 @@ def fit(suite: Suite, entry: Entry, seed: int, log) -> bool:
     """Run (or resume) one fit in a subprocess; ``True`` once it ended 0. Its console goes to ``fit.log`` beside
     its events; its process record is written either way (a cut-short segment is kept for the next resume)."""
     folder = run_dir(suite, entry, seed)
+    resume = resumable(suite, entry, seed, log)
     folder.mkdir(parents=True, exist_ok=True)
+    (folder / RECIPE_MARKER).write_text(recipe_digest(entry) + "\n")
     command = fit_command(suite, entry, seed)
-    resume = last_checkpoint(folder)
     if resume is not None:
         command += ["--ckpt_path", _shown(resume)]
     record_path = process_path(suite, entry, seed)
