@@ -227,3 +227,40 @@ def test_a_run_folder_of_another_recipe_is_cleared_rather_than_resumed(tmp_path)
         assert len(said) == 2
     finally:
         runs.REPO, runs.ROOT[0] = old_repo, ROOT
+
+
+_FORK_SERVER_BURN = """
+import multiprocessing, time
+def burn():
+    start = time.process_time()
+    while time.process_time() - start < 1.0:
+        pass
+if __name__ == "__main__":
+    worker = multiprocessing.get_context("forkserver").Process(target=burn)
+    worker.start()
+    worker.join()
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="samples /proc")
+def test_tree_cpu_counts_a_fork_servers_worker_that_rusage_misses(tmp_path):
+    """A worker forked by multiprocessing's fork server (as a fit's actors are) spends its CPU where no wait of the
+    caller's sees it; the sampled tree counts it."""
+    import resource
+
+    sys.path.insert(0, str(RUN.parent))
+    try:
+        from tree_cpu import TreeCPU
+    finally:
+        sys.path.remove(str(RUN.parent))
+    script = tmp_path / "burn.py"
+    script.write_text(_FORK_SERVER_BURN)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child = subprocess.Popen([sys.executable, str(script)])
+    sampler = TreeCPU(child.pid, interval=0.05)
+    assert child.wait() == 0
+    tree = sampler.stop()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    waited = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert tree >= 0.9  # the worker's second of CPU
+    assert waited < tree - 0.5  # what rusage alone would have reported

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import yaml
 from suite import REPO, Entry, Suite
+from tree_cpu import TreeCPU
 
 #: Where runs, results and the pages go: the repository, unless ``--root`` (the tests) says otherwise.
 ROOT = [REPO]
@@ -153,7 +154,7 @@ def fit(suite: Suite, entry: Entry, seed: int, log) -> bool:
     load_before = os.getloadavg()[0]
     start = time.monotonic()
     with open(folder / "fit.log", "a") as console:
-        code = _run_to_the_end([sys.executable, "-m", "rl_lightning.cli", *command[1:]], console)
+        code, tree_cpu = _run_to_the_end([sys.executable, "-m", "rl_lightning.cli", *command[1:]], console)
     wall = time.monotonic() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     record["segments"].append(
@@ -163,6 +164,7 @@ def fit(suite: Suite, entry: Entry, seed: int, log) -> bool:
             "wall_s": round(wall, 1),
             "cpu_user_s": round(after.ru_utime - before.ru_utime, 1),
             "cpu_system_s": round(after.ru_stime - before.ru_stime, 1),
+            "cpu_tree_s": tree_cpu,  # every process of the fit, actors included (tree_cpu.py); rusage misses those
             "ended": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # 1-minute, at start and end
         }
@@ -171,7 +173,7 @@ def fit(suite: Suite, entry: Entry, seed: int, log) -> bool:
         machine=machine(),
         python=sys.version.split()[0],
         wall_s=round(sum(s["wall_s"] for s in record["segments"]), 1),
-        cpu_s=round(sum(s["cpu_user_s"] + s["cpu_system_s"] for s in record["segments"]), 1),
+        cpu_s=round(sum(_segment_cpu(s) for s in record["segments"]), 1),
         resumed=len(record["segments"]) > 1,
         recipe_digest=recipe_digest(entry),
     )
@@ -179,6 +181,12 @@ def fit(suite: Suite, entry: Entry, seed: int, log) -> bool:
     record_path.write_text(json.dumps(record, indent=1) + "\n")
     log(f"{entry.name} seed {seed}: exit {code} after {wall:.0f} s (see {_shown(folder)}/fit.log)")
     return code == 0
+
+
+def _segment_cpu(segment: dict) -> float:
+    """A segment's CPU seconds: its process tree's where sampled, else the rusage of the processes waited for."""
+    tree = segment.get("cpu_tree_s")
+    return tree if tree is not None else segment["cpu_user_s"] + segment["cpu_system_s"]
 
 
 def _shown(path: Path) -> str:
@@ -189,19 +197,22 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def _run_to_the_end(command: list[str], console) -> int:
-    """Run the fit and wait for it; a SIGTERM or Ctrl+C of this script is passed on to the fit, which then saves
-    its fault checkpoint and stops (the next run of the suite resumes from it), and is awaited: no fit outlives
-    the suite's command."""
+def _run_to_the_end(command: list[str], console) -> tuple[int, float | None]:
+    """Run the fit and wait for it; its exit code and its process tree's CPU seconds. A SIGTERM or Ctrl+C of this
+    script is passed on to the fit, which then saves its fault checkpoint and stops (the next run of the suite
+    resumes from it), and is awaited: no fit outlives the suite's command."""
     child = subprocess.Popen(command, cwd=REPO, stdout=console, stderr=subprocess.STDOUT, start_new_session=True)
+    cpu = TreeCPU(child.pid)
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
     try:
-        return child.wait()
+        code = child.wait()
+        return code, cpu.stop()
     except KeyboardInterrupt:
         child.send_signal(signal.SIGTERM)
         child.wait()
         raise
     finally:
+        cpu.stop()
         signal.signal(signal.SIGTERM, previous)
         if child.poll() is None:  # anything else that went wrong here
             child.kill()

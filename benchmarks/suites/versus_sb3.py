@@ -8,8 +8,8 @@ the machine's speed falls on both.
 SB3's venv: ``python -m venv V; V/bin/pip install torch==2.13.0; V/bin/pip install stable-baselines3
 "gymnasium[mujoco]"``. Each run is a whole process timed from outside (start-up, env creation and, for ours, the
 recipe's own evaluations and checkpoints included; SB3's ``sb3_ppo.py train`` runs ``model.learn`` alone); CPU
-seconds are the finished process tree's user + system time. Results: ``benchmarks/results/mujoco/versus_sb3.json``
-(read by the MuJoCo page) and a markdown table on stdout.
+seconds are the process tree's user + system time, sampled from ``/proc`` (``tree_cpu.py``). Results:
+``benchmarks/results/mujoco/versus_sb3.json`` (read by the MuJoCo page) and a markdown table on stdout.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from runs import machine
 from suite import REPO
+from tree_cpu import TreeCPU
 
 #: Task -> (our bundled recipe, the SB3 peer script's env name). rl-zoo's settings live in ``sb3_ppo.py``.
 TASKS = {
@@ -38,17 +38,18 @@ OUT = REPO / "benchmarks" / "results" / "mujoco" / "versus_sb3.json"
 
 
 def timed(command: list[str], log: Path) -> dict[str, float]:
-    """Run ``command`` to its end (its console to ``log``); its wall seconds and its process tree's CPU seconds."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """Run ``command`` to its end (its console to ``log``); its wall seconds and its process tree's CPU seconds
+    (``tree_cpu.TreeCPU``: our actors are forked by a fork server nobody waits for, so rusage would miss them)."""
     start = time.perf_counter()
     with log.open("w") as console:
-        code = subprocess.run(command, cwd=REPO, stdout=console, stderr=subprocess.STDOUT).returncode
+        child = subprocess.Popen(command, cwd=REPO, stdout=console, stderr=subprocess.STDOUT)
+        sampler = TreeCPU(child.pid)
+        code = child.wait()
+        cpu = sampler.stop()
     wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if code != 0:
         raise SystemExit(f"versus_sb3: {' '.join(command[:4])} ... exited {code}; its console: {log}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2)}
+    return {"wall_s": round(wall, 2), "cpu_s": cpu}
 
 
 def ours(config: str, env_steps: int, seed: int, folder: Path) -> list[str]:
