@@ -12,6 +12,8 @@ import torch
 
 from tests.cli_subprocess import _startup_environ
 
+pytest_plugins = ["tests.file_order"]  # the longest test files first, so both xdist workers end together
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Two xdist workers on a 2-core machine, each with torch's default of one thread per core, oversubscribe the
     # cores: OpenMP's spin-waits then cost tens of ms per small op (a tiny DreamerV3 fit went from ~10 s to ~50 s).

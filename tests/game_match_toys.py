@@ -79,6 +79,16 @@ class MinBot:
         return torch.zeros(action_mask.shape[0], dtype=torch.int64, device=action_mask.device)
 
 
+class CountingMinBot(MinBot):
+    """``MinBot`` counting the rows it is asked to move for, over every instance (a search bot's cost)."""
+
+    rows = 0
+
+    def __call__(self, obs, action_mask, seat, generator):
+        CountingMinBot.rows += int(action_mask.shape[0])
+        return super().__call__(obs, action_mask, seat, generator)
+
+
 def best_score(cards: torch.Tensor) -> torch.Tensor:
     """``MaxBot``'s score with card ``cards`` (2 more on even cards, 1 on odd)."""
     return (cards + 2 - cards % 2).float()

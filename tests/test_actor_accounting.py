@@ -19,6 +19,7 @@ from rl_lightning.data.collector import Collector
 from rl_lightning.envs import CartPole
 from rl_lightning.envs.base import BatchedEnv
 from rl_lightning.processes.child_processes import pid_alive
+from tests.actor_envs import SlowCartPole
 from tests.actor_serial import assert_equal_to_serial_actors, assert_same
 from tests.fault_envs import FaultyCartPole
 
@@ -192,7 +193,7 @@ def test_an_update_starts_on_the_learners_own_threads_after_borrowing_an_idle_ac
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("lending needs a second core")
-    env = CartPole()
+    env = SlowCartPole(step_s=0.1)  # its next rollout takes 0.8 s: it cannot be idle again before the check below
     module = _module(env)
     own = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -3,6 +3,7 @@ from a checkpoint, and its bad inputs refused in one line before any work."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -18,7 +19,7 @@ from rl_lightning.data import OnPolicyDataModule
 from rl_lightning.errors import ConfigError
 from rl_lightning.games import PolicyBot, match_metrics, play_match
 from tests.cli_subprocess import error_line, run_cli
-from tests.game_match_toys import HighCard, MinBot, StallCard
+from tests.game_match_toys import CountingMinBot, HighCard, MinBot, StallCard
 from tests.helpers import trainer
 
 MIN_BOT = "tests.game_match_toys:MinBot"
@@ -200,3 +201,25 @@ def test_load_policy_acts_as_the_runs_game_evaluation_did(tmp_path: Path, determ
     checkpoint = RLCheckpoint(dirpath=str(tmp_path), every_n_updates=1)
     trainer(tmp_path, [evaluation, checkpoint], enable_checkpointing=True).fit(module, datamodule)
     assert load_policy(str(tmp_path / "last.ckpt")).deterministic is deterministic
+
+
+def test_without_the_baseline_the_opponent_plays_only_the_policys_games_which_score_the_same() -> None:
+    """``baseline: false`` skips the games of opponents only: the opponent moves in fewer rows, the policy's own
+    results are those of the evaluation with the baseline (the same deals), and the baseline figures are NaN."""
+    env = HighCard(seats=2)
+    module = PPO(env_spec=env.spec, hidden_sizes=(8,))
+
+    def measured(baseline: bool) -> tuple[dict[str, float], int]:
+        CountingMinBot.rows = 0
+        callback = GameEvaluation(every_n_updates=1, opponents=["tests.game_match_toys:CountingMinBot"],
+                                  num_games=40, rating_games=0, env=env, baseline=baseline)  # fmt: skip
+        return callback.measure(SimpleNamespace(), module), CountingMinBot.rows
+
+    (full, full_rows), (lean, lean_rows) = measured(True), measured(False)
+    assert 0 < lean_rows < full_rows
+    prefix = "eval/vs_CountingMinBot/"
+    for key in ("return_per_game", "return_per_game_low", "win_rate", "loss_rate", "games"):
+        assert lean[prefix + key] == full[prefix + key], key
+    assert not math.isnan(full[prefix + "baseline_win_rate"])
+    assert math.isnan(lean[prefix + "baseline_win_rate"])
+    assert math.isnan(lean[prefix + "p_value"])

@@ -9,6 +9,7 @@ work, in one line naming the field and the fix, with exit code 2.
 from __future__ import annotations
 
 import csv
+import math
 import re
 import shutil
 
@@ -184,3 +185,21 @@ def test_testing_a_checkpoint_logs_beside_its_run_without_warnings(tmp_path):
     played = run_python(["-c", example.replace("runs/ppo_tictactoe/version_0/checkpoints/last.ckpt", str(ckpt))])
     assert played.returncode == 0, played.stderr[-3000:]
     assert played.stdout.strip().splitlines()[-1].startswith("returns: [")
+
+
+def test_the_mcts_fragment_plays_openspiels_mctsbot_without_baseline_games(tmp_path):
+    """``callbacks/game_eval_mcts.yaml`` (the Connect Four suite's evaluation) swapped into a tic-tac-toe fit: the
+    policy's record against MCTSBot-100 is logged, its baseline (MCTSBot against itself) is not played."""
+    args = [*SWAP[:2], "--config", "callbacks/game_eval_mcts.yaml", "--data.init_args.env.init_args.env_id",
+            "open_spiel:tic_tac_toe", "--data.init_args.league", "null", *TINY[:-2],
+            "--trainer.logger.init_args.save_dir", "runs", "--trainer.logger.init_args.name", "ttt"]  # fmt: skip
+    fit = run_cli(["fit", *args], tmp_path)
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "runs" / "ttt" / "version_0"))
+    events.Reload()
+    logged = {tag: events.Scalars(tag)[-1].value for tag in events.Tags()["scalars"]}
+    assert logged["eval/vs_OpenSpielMCTSBot/games"] == 100
+    assert 0.0 <= logged["eval/vs_OpenSpielMCTSBot/win_rate"] <= 0.5  # an untrained network rarely beats a search
+    assert math.isnan(logged["eval/vs_OpenSpielMCTSBot/baseline_win_rate"])

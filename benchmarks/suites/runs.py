@@ -76,7 +76,8 @@ def recipe_digest(entry: Entry) -> str:
     figures are written down, do not count), its budget and its extra arguments. A run whose recorded digest
     differs was made from another recipe and is run again."""
     settings = yaml.safe_load((REPO / entry.config).read_text())
-    text = json.dumps([settings, entry.env_steps, list(entry.args)], sort_keys=True, default=str)
+    fragments = [yaml.safe_load((REPO / path).read_text()) for path in entry.fragments]
+    text = json.dumps([settings, entry.env_steps, list(entry.args), *fragments], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -64,6 +64,18 @@ class Entry:
     def legend(self) -> str:
         return self.label or self.name
 
+    @property
+    def fragments(self) -> list[str]:
+        """The config files ``args`` adds (``--config PATH`` or ``--config=PATH``; paths from the repository root):
+        their settings are part of the recipe."""
+        args, paths = list(self.args), []
+        for index, arg in enumerate(args):
+            if arg == "--config" and index + 1 < len(args):
+                paths.append(args[index + 1])
+            elif arg.startswith("--config="):
+                paths.append(arg.split("=", 1)[1])
+        return paths
+
 
 @dataclass(frozen=True)
 class Suite:
@@ -143,7 +155,7 @@ def _entry(suite: str, index: int, raw: Any) -> Entry:
     references = tuple(
         Reference(str(r["label"]), float(r["value"]), str(r["source"])) for r in raw.get("references", []) or []
     )
-    return Entry(
+    entry = Entry(
         name=str(raw["name"]),
         config=config,
         task=str(raw["task"]),
@@ -155,6 +167,11 @@ def _entry(suite: str, index: int, raw: Any) -> Entry:
         references=references,
         label=raw.get("label"),
     )
+    for fragment in entry.fragments:
+        if not (REPO / fragment).is_file():
+            raise SuiteError(f"{where} ({entry.name}): args adds --config {fragment!r}, which does not exist (a path "
+                             "from the repository root)")  # fmt: skip
+    return entry
 
 
 def _pair(suite: str, task: str, bounds: Any) -> tuple[float, float]:

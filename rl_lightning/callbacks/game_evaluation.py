@@ -62,6 +62,9 @@ class GameEvaluation(Callback):
             run's league), checkpoint files (``*.ckpt``) or bot class paths (``pkg.module:Class``).
         num_games: the policy's games against each opponent; a multiple of the game's seats.
         duplicate: replay each deal with the seats rotated (and for the baseline): paired tests, less variance.
+        baseline: also play each deal with opponents only (``baseline_*`` and the p-values); ``false`` leaves them
+            NaN and saves those games, most of an evaluation's cost against a search opponent (``OpenSpielMCTSBot``
+            plays every move of a baseline game).
         rating_games: games per pair in the rating round robin (matches already played are reused); 0: no
             table; ``None``: ``num_games``.
         deterministic: act with the mode (``None``: the algorithm's evaluation default); also for league and
@@ -96,6 +99,7 @@ class GameEvaluation(Callback):
         opponents: list[str] | None = None,
         num_games: int = 400,
         duplicate: bool = True,
+        baseline: bool = True,
         rating_games: int | None = None,
         deterministic: bool | None = None,
         env: TorchEnv | None = None,
@@ -116,6 +120,7 @@ class GameEvaluation(Callback):
                 raise ConfigError(f"GameEvaluation: {name}={value} must be >= {least}")
         self.every_n_updates, self.every_n_env_steps = every_n_updates, every_n_env_steps
         self.num_games, self.duplicate, self.rating_games = num_games, duplicate, rating_games
+        self.baseline = baseline
         self.deterministic, self.env, self.seed, self.batch_size = deterministic, env, seed, batch_size
         self.search_simulations = search_simulations
         if background and exploitability:
@@ -291,7 +296,8 @@ class GameEvaluation(Callback):
     ) -> dict[str, float]:
         """The matches (and ratings, exploitability) of ``measure``: its record."""
         deals = self.num_games // env.spec.num_seats
-        results = panels.play_panel(env, policy, panel, deals, self.seed, self.duplicate, self.batch_size)
+        results = panels.play_panel(env, policy, panel, deals, self.seed, self.duplicate, self.batch_size,
+                                    baseline=self.baseline)
         ratings = {}
         rating_games = self.num_games if self.rating_games is None else self.rating_games
         if rating_games and panel:

@@ -142,11 +142,13 @@ def _name(text: str) -> str:
 
 def play_panel(
     env: TorchEnv, tested: Player, panel: Sequence[Player], num_deals: int, seed: int, duplicate: bool,
-    batch_size: int,
+    batch_size: int, baseline: bool = True,
 ) -> dict[str, MatchResult]:  # fmt: skip
-    """``tested`` against each panel player (``play_match``, with the baseline), keyed by the opponent's name."""
+    """``tested`` against each panel player (``play_match``, with the baseline unless ``baseline=False``), keyed by
+    the opponent's name."""
     return {
-        player.name: play_match(env, tested.bot, player.bot, num_deals, seed, duplicate, batch_size) for player in panel
+        player.name: play_match(env, tested.bot, player.bot, num_deals, seed, duplicate, batch_size, baseline)
+        for player in panel
     }
 
 
