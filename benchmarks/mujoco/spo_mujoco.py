@@ -20,9 +20,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-
-from ppo_mujoco import Curve, read_curve
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = {"ppo": REPO / "configs" / "ppo_halfcheetah.yaml", "spo": REPO / "configs" / "spo_halfcheetah.yaml"}
@@ -35,6 +34,41 @@ trainer:
     - class_path: rl_lightning.callbacks.FailFast
     - class_path: rl_lightning.callbacks.FaultCheckpoint
 """
+
+
+@dataclass
+class Curve:
+    """One run as read from its TensorBoard event files."""
+
+    name: str
+    eval_return: list[tuple[int, float]] = field(default_factory=list)  # (env step, mean eval return)
+    random_return: float = float("nan")
+    env_steps: int = 0
+    wall_seconds: float = float("nan")  # first to last event (the subprocess time when this script ran it)
+
+    @property
+    def sps(self) -> float:
+        return self.env_steps / self.wall_seconds
+
+
+def read_curve(run_dir: Path, name: str | None = None) -> Curve:
+    """``eval/*`` and ``env_steps`` of the TensorBoard run in ``run_dir`` (a ``version`` directory)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    if "env_steps" not in tags:
+        raise SystemExit(f"spo_mujoco.py: error: {run_dir} has no 'env_steps' scalar; give a run's version directory")
+    curve = Curve(name or run_dir.name)
+    if "eval/episode_return" in tags:
+        curve.eval_return = [(e.step, e.value) for e in acc.Scalars("eval/episode_return")]
+    if "eval/random_episode_return" in tags:
+        curve.random_return = acc.Scalars("eval/random_episode_return")[-1].value
+    events = [e for tag in tags for e in acc.Scalars(tag)]
+    curve.env_steps = int(max(e.step for e in events))
+    curve.wall_seconds = max(e.wall_time for e in events) - min(e.wall_time for e in events)
+    return curve
 
 
 def run_one(
