@@ -159,6 +159,17 @@ def test_a_run_made_from_another_recipe_is_fitted_again_but_a_comment_changes_no
         copy.write_text("# measured: 500 on 5 of 5 seeds\n" + config.read_text())
         assert runs.finished(suite, entry, 0)  # a comment is not a recipe
         assert not runs.finished(suite, Entry("ppo", entry.config, "CartPole", (0,), 2000), 0)  # another budget
+        fragment = tmp_path / "callbacks" / "more.yaml"  # a config file the entry's arguments add
+        fragment.parent.mkdir()
+        fragment.write_text("trainer: {max_time: '00:00:10:00'}\n")
+        with_fragment = Entry("ppo", entry.config, "CartPole", (0,), 1000, ("--config", "callbacks/more.yaml"))
+        record.write_text(json.dumps({"recipe_digest": runs.recipe_digest(with_fragment)}))
+        assert runs.finished(suite, with_fragment, 0)
+        fragment.write_text("# a comment\ntrainer: {max_time: '00:00:10:00'}\n")
+        assert runs.finished(suite, with_fragment, 0)
+        fragment.write_text("trainer: {max_time: '00:00:20:00'}\n")
+        assert not runs.finished(suite, with_fragment, 0)  # the fragment's settings are the recipe's too
+        record.write_text(json.dumps({"recipe_digest": runs.recipe_digest(entry)}))
         copy.write_text(config.read_text().replace("num_envs: 8", "num_envs: 4"))
         assert not runs.finished(suite, entry, 0)
         runs.forget(suite, entry, 0, log=lambda line: None)

@@ -169,6 +169,21 @@ def test_a_real_fit_is_read_at_its_env_steps_with_its_config(tmp_path):
     assert row["final per seed"].startswith("seed 1: ")
 
 
+def test_log_y_draws_the_metric_on_a_log_axis_of_both_panels(tmp_path, monkeypatch):
+    """``--log-y`` (exploitability spans decades): both panels' y axis is logarithmic, and the figure is written."""
+    from rl_lightning.results import draw, plot_cli
+
+    three_seeds(tmp_path)
+    plot(["runs", "--out", "out", "--metric", "train/loss", "--log-y"], tmp_path)
+    assert image.imread(tmp_path / "out" / "CartPole__train_loss.png").shape[:2] == (450, 1200)
+    scales = []
+    monkeypatch.setattr(draw, "_save", lambda figure, stem: scales.extend(a.get_yscale() for a in figure.axes) or [])
+    monkeypatch.chdir(tmp_path)
+    for log_y in ([], ["--log-y"]):
+        plot_cli.main(["runs", "--out", "again", "--metric", "train/loss", *log_y])
+    assert scales == ["linear", "linear", "log", "log"]
+
+
 def _bad_inputs(root: Path) -> dict[str, tuple[list[str], str]]:
     """Case → (arguments after ``plot``, what its one line must say)."""
     three_seeds(root)
@@ -176,6 +191,7 @@ def _bad_inputs(root: Path) -> dict[str, tuple[list[str], str]]:
     write_run(root / "other" / "run0", {"eval/episode_return": [1, 2, 3, 4]}, [1, 2, 3, 4], config=False)
     hopper = {"class_path": "rl_lightning.envs.GymnasiumEnv", "init_args": {"env_id": "Hopper-v5"}}
     write_run(root / "hopper" / "version_0", {"eval/episode_return": [1, 2, 3, 4]}, [1, 2, 3, 4], env=hopper)
+    write_run(root / "zero" / "version_0", {"eval/episode_return": [0.5, 0.1, 0.0, 0.2]}, [1, 2, 3, 4])
     out = ["--out", "out"]
     return {
         "no event files": (["empty", *out], "empty: no TensorBoard event files (events.out.tfevents.*)"),
@@ -194,6 +210,8 @@ def _bad_inputs(root: Path) -> dict[str, tuple[list[str], str]]:
         "normalise one task of two": (["runs", "hopper", *out, "--normalise", "CartPole=0:500"],
                                       "--normalise: no range for task Hopper-v5"),
         "size": (["runs", *out, "--size", "big"], "--size 'big': expected WIDTHxHEIGHT in pixels"),
+        "log axis of a value at 0": (["zero", *out, "--log-y"], "--log-y: zero/version_0 logs eval/episode_return = 0, "
+                                     "which a log axis cannot show; drop --log-y"),
         "no --out": (["runs"], "plot: the following arguments are required: --out; usage: rl-lightning plot [-h]"),
     }  # fmt: skip
 

@@ -33,6 +33,8 @@ def draw_suite(suite: Suite, log: Callable[[str], None]) -> Path | None:
         if entry.target is not None:  # the bar it is judged by, beside the published figures
             options += [f"--reference=target={entry.target:g}@{entry.task}"]
     command = [sys.executable, "-m", "rl_lightning.cli", "plot", *folders, *options]
+    if suite.log_y:
+        command.append("--log-y")
     tasks = {e.task for e, _ in done}
     for task, (low, high) in suite.normalise.items():
         if task in tasks:

@@ -6,6 +6,7 @@ A suite file::
     title: PPO on MuJoCo v5, 1M env steps
     metric: eval/episode_return          # the TensorBoard tag drawn and tabled
     x: env steps                         # or "wall time" for suites judged against the clock
+    log_y: false                         # the metric on a log axis (exploitability spans decades)
     about: one paragraph for the results page
     entries:
       - name: ppo_hopper                 # the run folder and the label in plots (unique)
@@ -88,6 +89,7 @@ class Suite:
     x: str = "env steps"
     about: str = ""
     higher_is_better: bool = True
+    log_y: bool = False
     normalise: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def entry(self, name: str) -> Entry:
@@ -124,6 +126,7 @@ def load_suite(name: str, path: Path | None = None) -> Suite:
         x=x,
         about=str(raw.get("about", "")).strip(),
         higher_is_better=bool(raw.get("higher_is_better", True)),
+        log_y=bool(raw.get("log_y", False)),
         normalise=normalise,
     )
 

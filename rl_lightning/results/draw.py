@@ -38,9 +38,11 @@ def curves(
     size: tuple[int, int],
     stem: Path,
     ci: float,
+    log_y: bool = False,
 ) -> list[Path]:
     """Two panels, ``metric`` against env steps and against wall time (the seeds' mean time to reach each env step),
-    ``references`` as horizontal lines on both; written as ``stem.png`` and ``stem.svg``."""
+    ``references`` as horizontal lines on both, the metric on a log axis with ``log_y``; written as ``stem.png``
+    and ``stem.svg``."""
     figure = _figure(size)
     steps_axes, wall_axes = figure.subplots(1, 2, sharey=True)
     scale, unit = _time_unit(max((float(c.band.wall.max()) for c in drawn), default=0.0))
@@ -56,6 +58,8 @@ def curves(
                 label=f"{ref.name} ({ref.value:g})",
             )
         axes.grid(alpha=0.3)
+    if log_y:  # the axes share y: one call sets both
+        steps_axes.set_yscale("log")
     steps_axes.set(xlabel="env steps", ylabel=metric)
     wall_axes.set(xlabel=f"wall time ({unit})")
     steps_axes.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))

@@ -53,6 +53,8 @@ def plan(ns: argparse.Namespace) -> Plan:
     known = list(dict.fromkeys(str(run.task) for run in mine))
     for metric in metrics:
         _check_metric(mine, metric, f"--metric {metric}: no run has this tag")
+        if getattr(ns, "log_y", False):
+            _check_positive(mine, metric)
     for ref in references:
         _task_of("--reference", f"{ref.name}={ref.value:g}", ref.task, known)
     theirs = []
@@ -98,6 +100,17 @@ def _check_metric(group: list[Run], metric: str, problem: str) -> None:
     if not any(metric in run.scalars for run in group):
         tags = sorted({tag for run in group for tag in run.scalars})
         raise ConfigError(f"{problem}; the runs' scalar tags: {', '.join(tags) or '(none)'}")
+
+
+def _check_positive(group: list[Run], metric: str) -> None:
+    """``--log-y`` cannot draw a value at or below 0: refuse it in one line naming the first run that logs one."""
+    for run in group:
+        series = run.scalars.get(metric)
+        finite = np.asarray([] if series is None else series.values, dtype=float)
+        finite = finite[np.isfinite(finite)]
+        if len(finite) and finite.min() <= 0:
+            raise ConfigError(f"--log-y: {run.source} logs {metric} = {finite.min():g}, which a log axis cannot "
+                              "show; drop --log-y")  # fmt: skip
 
 
 def _task_of(option: str, spec: str, task: str | None, known: list[str]) -> str:

@@ -63,6 +63,7 @@ def parser() -> argparse.ArgumentParser:
         metavar="TASK=LOW:HIGH",
         help="score range of a task (random:reference): with one per task, an rliable IQM aggregate across tasks",
     )
+    p.add_argument("--log-y", action="store_true", help="the metric on a log axis (exploitability, losses: > 0)")
     p.add_argument("--size", default="1200x450", metavar="WxH", help="figure size in pixels (default 1200x450)")
     p.add_argument("--ci", type=float, default=0.95, help="confidence level of the bands (default 0.95)")
     p.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
@@ -107,7 +108,7 @@ def _figure(todo: Plan, ns: argparse.Namespace, task: str, metric: str) -> list[
         return []
     refs = [ref for ref in todo.references if ref.task in (None, task)] if metric == todo.metrics[0] else []
     stem = todo.out / f"{_slug(task)}__{_slug(metric)}"
-    return draw.curves(task, metric, drawn, refs, todo.size, stem, ns.ci)
+    return draw.curves(task, metric, drawn, refs, todo.size, stem, ns.ci, log_y=ns.log_y)
 
 
 def _tables(todo: Plan, ns: argparse.Namespace) -> list[Path]:
