@@ -13,6 +13,7 @@ NEEDS_EXTRA = {
     "ppo_halfcheetah": "mujoco",
     "ppo_halfcheetah_async": "mujoco",
     "spo_halfcheetah": "mujoco",
+    "spo_hopper": "mujoco",
     "ppo_hearts": "pyspiel",
     "ppo_connect_four": "pyspiel",
     "ppo_connect_four_board": "pyspiel",
