@@ -5,14 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import random
+import signal
 import sys
 
 import pytest
 import torch
 
 from tests.cli_subprocess import _startup_environ
-
-pytest_plugins = ["tests.file_order"]  # the longest test files first, so both xdist workers end together
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Two xdist workers on a 2-core machine, each with torch's default of one thread per core, oversubscribe the
@@ -42,6 +41,18 @@ def _restore_rng_and_threads():
     torch.set_rng_state(torch_state)
     random.setstate(py_state)
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def _restore_signal_handlers():
+    """A test must not leave its SIGTERM/SIGINT handlers to the next one: a Ray head node started in the test's
+    process (``ray.cluster_utils.Cluster``) installs a SIGTERM handler that exits the process, which a later test's
+    stop handler would then chain to (``test_stop.py`` failed so, after the Ray files in the same worker)."""
+    kept = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for signum, handler in kept.items():
+        if handler is not None and signal.getsignal(signum) is not handler:
+            signal.signal(signum, handler)
 
 
 #: Start-up variables third-party code rewrites in its own process: OpenCV (``cv2``, imported by the ALE and video
