@@ -66,7 +66,12 @@ def test_a_suite_is_fitted_summarised_and_drawn_from_its_logs_and_a_finished_run
         assert summary["scalars"]["eval/episode_return"]["values"][-1] == pytest.approx(finals[seed])
     page = (tmp_path / "docs" / "benchmarks" / "tiny.md").read_text()
     assert "python benchmarks/suites/run.py tiny" in page
-    assert f"{finals[0]:,.1f}, {finals[1]:,.1f}" in page  # the final values, seed by seed, are the events'
+    sys.path.insert(0, str(RUN.parent))
+    try:
+        from page import figure
+    finally:
+        sys.path.remove(str(RUN.parent))
+    assert f"{figure(finals[0])}, {figure(finals[1])}" in page  # the final values, seed by seed, are the events'
     assert "paper **490** (somewhere)" in page
     assert "2 of 2 seeds" in page
     pngs = list((tmp_path / "docs" / "benchmarks" / "tiny").glob("*.png"))
@@ -177,6 +182,16 @@ def test_a_run_made_from_another_recipe_is_fitted_again_but_a_comment_changes_no
         assert not record.exists()
     finally:
         runs.REPO, runs.ROOT[0] = old_repo, ROOT
+
+
+def test_a_table_prints_small_finals_with_their_digits_and_returns_with_one_decimal():
+    sys.path.insert(0, str(RUN.parent))
+    try:
+        from page import figure
+    finally:
+        sys.path.remove(str(RUN.parent))
+    assert [figure(v) for v in (0.00734, 0.36, 4.1634, 97.13, -149.34, 6309.44)] == [
+        "0.00734", "0.36", "4.163", "97.13", "-149.3", "6,309.4"]  # fmt: skip
 
 
 def test_the_sb3_timing_table_takes_each_ratio_pair_by_pair_and_medians_them():

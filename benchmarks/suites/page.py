@@ -175,7 +175,7 @@ def _row(suite: Suite, entry: Entry, group: dict | None, done: list[tuple[Entry,
     if group is None:
         return f"| {entry.legend} | {config} | 0 of {len(entry.seeds)} | - | - | - | {_target(entry, None)} | - |"
     runs = sorted(group["runs"], key=lambda r: (r["seed"] is None, r["seed"]))
-    finals = ", ".join(f"{r['final']:,.1f}" for r in runs)
+    finals = ", ".join(figure(r["final"]) for r in runs)
     minutes = [
         json.loads(process_path(suite, entry, s).read_text())["wall_s"] / 60
         for s in seeds
@@ -186,9 +186,15 @@ def _row(suite: Suite, entry: Entry, group: dict | None, done: list[tuple[Entry,
         fit += f" (bar {entry.minutes:g}: {'met' if max(minutes) <= entry.minutes else '**missed**'})"
     median = group["median"]
     return (
-        f"| {entry.legend} | {config} | {len(runs)} of {len(entry.seeds)} | {finals} | {median:,.1f} | "
-        f"{group['iqr']:,.1f} | {_target(entry, [r['final'] for r in runs], suite.higher_is_better)} | {fit} |"
+        f"| {entry.legend} | {config} | {len(runs)} of {len(entry.seeds)} | {finals} | {figure(median)} | "
+        f"{figure(group['iqr'])} | {_target(entry, [r['final'] for r in runs], suite.higher_is_better)} | {fit} |"
     )
+
+
+def figure(value: float) -> str:
+    """A final value as the tables print it: one decimal from 100 up (returns: 6,309.4), else four significant
+    digits, so that an exploitability of 0.0073 or a win rate of 0.36 is not printed as 0.0."""
+    return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.4g}"
 
 
 def _target(entry: Entry, finals: list[float] | None, higher: bool = True) -> str:
