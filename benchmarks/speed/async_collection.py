@@ -50,6 +50,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(__file__).resolve().parents[1] / "shared"
 SB3 = Path(__file__).resolve().parents[1] / "peers" / "sb3_ppo.py"
+SAMPLE_FACTORY = Path(__file__).resolve().parents[1] / "peers" / "sample_factory_ppo.py"
 SECTIONS = ("halfcheetah", "breakout", "hearts", "connect_four", "dreamer", "dreamer_pendulum")
 DEFAULT_ACTORS = {"halfcheetah": ["0", "1"], "breakout": ["0", "1", "1s", "2"], "hearts": ["0", "1"],
                   "connect_four": ["0", "1", "2"], "dreamer": ["0", "1"], "dreamer_pendulum": ["0", "1"]}  # fmt: skip
@@ -236,22 +237,19 @@ def sb3(section: str, args: argparse.Namespace, seed: int, mode: str, *peer_args
 
 
 def sample_factory(args: argparse.Namespace, seed: int, out: Path, env_steps: int, timeout: float | None) -> Run:
-    """Sample Factory 2.1's MuJoCo example (``sf_examples.mujoco.train_mujoco``, its own defaults: 8 workers × 8
-    envs, HalfCheetah-v4 as its gymnasium<1.0 pin allows) on the CPU for ``env_steps``; time to a training-episode
-    mean (its ``reward/reward``, the last 100 episodes) of 3,000 read from its TensorBoard events."""
-    name = f"sf_s{seed}_{env_steps}"
-    cmd = [args.sf_python, "-m", "sf_examples.mujoco.train_mujoco", "--env", "mujoco_halfcheetah", "--device", "cpu"]
-    cmd += ["--experiment", name, "--train_dir", str(out / "sf"), "--train_for_env_steps", str(env_steps)]
-    cmd += ["--seed", str(seed), "--save_every_sec", "100000"]
-    start = time.time()
-    _, wall, cpu, load = measured(cmd, timeout=timeout)
-    series = scalars(out / "sf" / name / ".summary" / "0")
-    steps = max(e.step for events in series.values() for e in events)
-    crossed = next(((e.step, e.wall_time - start) for e in series.get("reward/reward", []) if e.value >= 3000), None)
-    extra = {"crossed": crossed, "final": series["reward/reward"][-1].value if "reward/reward" in series else None}
-    run = Run("halfcheetah", "Sample Factory", seed, steps, wall, float("nan"), wall, cpu, load, extra)
-    print(f"  [halfcheetah SF seed {seed}] {steps:,} env steps in {wall:.1f} s (process), CPU {cpu:.1f} s, "
-          f"to 3,000: {crossed}", flush=True)  # fmt: skip
+    """Sample Factory 2.1's MuJoCo example on HalfCheetah for ``env_steps``, through ``peers/sample_factory_ppo.py``
+    in its own venv (its defaults: 8 workers × 8 envs, HalfCheetah-v4); its time to a training-episode mean of 3,000
+    (``reward/reward``, the last 100 episodes) counted from the peer's start."""
+    cmd = [args.sf_python, str(SAMPLE_FACTORY), "train", "--env", "halfcheetah", "--seed", str(seed)]
+    cmd += ["--total-env-steps", str(env_steps), "--train-dir", str(out / "sf"), "--target", str(CHEETAH_TARGET)]
+    stdout, wall, cpu, load = measured(cmd, timeout=timeout)
+    row = json.loads(stdout.strip().splitlines()[-1])
+    crossed = tuple(row["crossed"]) if row["crossed"] else None
+    extra = {"crossed": crossed, "final": row["final"], "history": row["history"]}
+    run = Run("halfcheetah", "Sample Factory", seed, int(row["env_steps"]), row["train_seconds"], row["cpu_seconds"],
+              wall, cpu, load, extra)  # fmt: skip
+    print(f"  [halfcheetah SF seed {seed}] {run.env_steps:,} env steps in {run.train_seconds:.1f} s, "
+          f"CPU {run.cpu_seconds:.1f} s, to 3,000: {crossed}", flush=True)  # fmt: skip
     return run
 
 
