@@ -59,6 +59,10 @@ class OptimizerSteps:
     def step(self) -> None:
         self.optimizer.step()
         fresh_low_precision_weights()
+        self.stepped()
+
+    def stepped(self) -> None:
+        """Count a step taken (by ``step``, or by a compiled step that updated the weights itself)."""
         follow_actors()  # with data.borrow_idle_actor_cores: the next step's threads (learner_threads.py)
         self.steps += 1
 

@@ -11,9 +11,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from tensordict import TensorDict
 
 from rl_lightning import keys
+from rl_lightning.algos.compiled_step import CompiledMinibatchStep, eligibility
 from rl_lightning.algos.optimizer_steps import OptimizerSteps
 from rl_lightning.algos.selfplay_targets import selfplay_targets
 from rl_lightning.data.rows import gather_rows
@@ -132,11 +134,16 @@ class PPOUpdate:
         sums = torch.zeros(len(self.term_names), device=self.device)
         kl_index = self.term_names.index("approx_kl") if hp.target_kl is not None else 0
         steps = 0
+        compiled = self._compiled_step(steps_runner, max_norm) if hp.compile_update else None
         for _ in range(hp.update_epochs):
             epoch_kl = torch.zeros((), device=self.device)
             for mb in epoch():
                 stop.check()  # a stop request abandons the update; the checkpoint is the previous one's
-                terms = self._minibatch_step(mb, steps_runner, params, max_norm)
+                if compiled is not None:
+                    terms = compiled.step(mb)
+                    steps_runner.stepped()
+                else:
+                    terms = self._minibatch_step(mb, steps_runner, params, max_norm)
                 sums += terms
                 epoch_kl += terms[kl_index]
                 steps += 1
@@ -159,6 +166,23 @@ class PPOUpdate:
         grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
         optimizer.step()
         return torch.cat([terms, grad_norm.reshape(1)])
+
+    def _compiled_step(self, steps: OptimizerSteps, max_norm: float) -> CompiledMinibatchStep | None:
+        """With ``compile_update``: the whole minibatch step compiled (``algos/compiled_step.py``), made on first use
+        and rebound to the optimiser's state before each update; ``None`` where it cannot apply (said once), and the
+        loss alone is compiled instead."""
+        cached = self.__dict__.get("_compiled_step_cache")
+        key = (id(self), id(steps.optimizer))  # a deep copy, or a new optimiser, builds its own
+        if cached is not None and cached[0] == key:
+            if cached[1] is not None:
+                cached[1].refresh()
+            return cached[1]
+        reason = eligibility(steps.optimizer, steps.direct)
+        if reason is not None:
+            rank_zero_warn(f"model.compile_update: {reason}, so the minibatch loss is compiled, not its whole step")
+        compiled = None if reason else CompiledMinibatchStep(self, steps.optimizer, max_norm)
+        self.__dict__["_compiled_step_cache"] = (key, compiled)
+        return compiled
 
     @property
     def _minibatch_loss(self) -> Any:
