@@ -28,7 +28,7 @@ from rl_lightning.errors import ConfigError
 from rl_lightning.lineage import check_env_spec, check_family, check_weights_fit, read_checkpoint
 from rl_lightning.settings.checkpoint_paths import find_last_checkpoint, log_beside_run
 from rl_lightning.settings.cli_args import resolve_config_args
-from rl_lightning.settings.cpu_bfloat16 import emulated_bfloat16_notice
+from rl_lightning.settings.cpu_bfloat16 import float32_fallback
 from rl_lightning.settings.loggers import check_logger_config
 from rl_lightning.settings.parser_errors import RLArgumentParser, model_class
 from rl_lightning.settings.trainer_errors import trainer_setting_error
@@ -137,6 +137,12 @@ class RLLightningCLI(LightningCLI):
             isinstance(cb, ProgressBar) for cb in configured
         ):
             callbacks = [*callbacks, EnvStepProgressBar()]
+        notice = float32_fallback(config)  # bfloat16 on a CPU that would emulate it: float32, said in one line
+        if notice:
+            pl.utilities.rank_zero_warn(notice)
+            parsed = self.config.get(str(self.subcommand), self.config) if self.subcommand else self.config
+            if parsed.get("trainer") is not None:  # the run's saved config.yaml records the precision it ran in
+                parsed["trainer"]["precision"] = config["precision"]
         try:
             return super()._instantiate_trainer(config, callbacks)
         except ConfigError:
@@ -162,9 +168,6 @@ class RLLightningCLI(LightningCLI):
     def before_fit(self) -> None:
         self._check_model_fits()
         self._check_checkpoint_fits()
-        notice = emulated_bfloat16_notice(self.trainer)
-        if notice:
-            pl.utilities.rank_zero_warn(notice)
 
     def before_validate(self) -> None:
         self._check_checkpoint_fits()
