@@ -101,7 +101,8 @@ def _page(suite: Suite, done: list[tuple[Entry, int]], table: dict, figures: Pat
         "",
         f"    python benchmarks/suites/run.py {suite.name}",
         "",
-        f"Hardware: {', '.join(machines) or 'not recorded'}. {_dates(ended)} {_load(processes)}"
+        " ".join(filter(None, [f"Hardware: {', '.join(machines) or 'not recorded'}.", _dates(ended), _load(processes),
+                               _speed(processes)]))  # fmt: skip
         if ended
         else "Hardware: not recorded.",
         "",
@@ -158,6 +159,19 @@ def _versus_sb3(suite: Suite) -> list[str]:
 
 def _dates(ended: list[str]) -> str:
     return f"Runs ended {ended[0]} (UTC)." if ended[0] == ended[-1] else f"Runs ended {ended[0]} to {ended[-1]} (UTC)."
+
+
+def _speed(processes: list[dict]) -> str:
+    """The machine's reference step (``speed_probe.py``) before the fits: the same code on a box k times slower takes
+    k times longer, so wall times on one page compare only where these agree."""
+    probes = [seg["reference_step_ms"] for p in processes for seg in p["segments"] if "reference_step_ms" in seg]
+    if not probes:
+        return ""
+    unrecorded = sum("reference_step_ms" not in seg for p in processes for seg in p["segments"])
+    spread = f"{min(probes):.2f}" if min(probes) == max(probes) else f"{min(probes):.2f} to {max(probes):.2f}"
+    text = (f"Machine speed before the fits (benchmarks/suites/speed_probe.py: ms per eager 64x64-MLP optimiser step, "
+            f"lower is faster): {spread}")  # fmt: skip
+    return text + (f"; not recorded for {unrecorded} earlier fits." if unrecorded else ".")
 
 
 def _load(processes: list[dict]) -> str:

@@ -7,7 +7,7 @@ Layout (from the repository root):
 - ``benchmarks/results/<suite>/<entry>/seed<S>.json``: the run's summary (its curves, read from its event files by
   ``rl-lightning plot --write-summaries``), committed: a finished run is never rerun;
 - ``benchmarks/results/<suite>/<entry>/seed<S>.process.json``: how the fit ran (command, wall and CPU seconds of the
-  whole process, its segments when resumed, the machine, the date).
+  whole process, its segments when resumed, the machine and its speed just before (``speed_probe.py``), the date).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import yaml
+from speed_probe import reference_step_ms
 from suite import REPO, Entry, Suite
 from tree_cpu import TreeCPU
 
@@ -151,6 +152,7 @@ def fit(suite: Suite, entry: Entry, seed: int, log) -> bool:
     record_path = process_path(suite, entry, seed)
     record = json.loads(record_path.read_text()) if record_path.is_file() and resume is not None else {"segments": []}
     log(f"{entry.name} seed {seed}: {'resuming' if resume else 'starting'}: {' '.join(command)}")
+    probe_ms = reference_step_ms()  # the machine's speed just before the fit (speed_probe.py)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load_before = os.getloadavg()[0]
     start = time.monotonic()
@@ -168,6 +170,7 @@ def fit(suite: Suite, entry: Entry, seed: int, log) -> bool:
             "cpu_tree_s": tree_cpu,  # every process of the fit, actors included (tree_cpu.py); rusage misses those
             "ended": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # 1-minute, at start and end
+            "reference_step_ms": probe_ms,
         }
     )
     record.update(
