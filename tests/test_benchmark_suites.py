@@ -294,3 +294,43 @@ def test_tree_cpu_counts_a_fork_servers_worker_that_rusage_misses(tmp_path):
     waited = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     assert tree >= 0.9  # the worker's second of CPU
     assert waited < tree - 0.5  # what rusage alone would have reported
+
+
+def test_the_aggregate_ranges_run_from_the_logged_random_return_to_the_first_figure_once_every_run_is_in(tmp_path):
+    """``normalise: random_to_reference``: a task's range is the median of its runs' first logged random return to
+    its first published figure; with a seed missing anywhere there is no aggregate yet (rliable needs as many runs
+    on every task), said in a line."""
+    suites = str(RUN.parent)
+    sys.path.insert(0, suites)
+    try:
+        import page
+        import runs
+        from suite import load_suite
+
+        path = tmp_path / "two.yaml"
+        entries = [
+            {"name": f"ppo_{task}", "label": "PPO", "config": "configs/ppo.yaml", "task": task, "seeds": [0, 1],
+             "references": [{"label": "a", "value": high, "source": "s"}, {"label": "b", "value": 1, "source": "s"}]}
+            for task, high in (("A", 100.0), ("B", 40.0))
+        ]  # fmt: skip
+        path.write_text(yaml.safe_dump({"title": "Two", "metric": "eval/episode_return",
+                                        "normalise": "random_to_reference", "entries": entries}))  # fmt: skip
+        suite = load_suite("two", path)
+        assert suite.normalise_from == "random_to_reference"
+        runs.ROOT[0] = tmp_path
+        randoms = {("A", 0): -10.0, ("A", 1): -30.0, ("B", 0): 2.0, ("B", 1): 4.0}
+        done = []
+        for (task, seed), random in randoms.items():
+            entry = suite.entry(f"ppo_{task}")
+            scalars = {page.RANDOM_TAG: {"steps": [10, 20], "values": [random, 99.0]}}
+            runs.summary_path(suite, entry, seed).parent.mkdir(parents=True, exist_ok=True)
+            runs.summary_path(suite, entry, seed).write_text(json.dumps({"scalars": scalars}))
+            runs.process_path(suite, entry, seed).write_text(json.dumps({"recipe_digest": runs.recipe_digest(entry)}))
+            done.append((entry, seed))
+        said: list[str] = []
+        assert page.random_to_reference(suite, done, said.append) == {"A": (-20.0, 100.0), "B": (3.0, 40.0)}
+        assert page.random_to_reference(suite, done[:-1], said.append) == {}
+        assert said == ["two: the aggregate waits for every run (ppo_B 1 of 2 seeds finished)"]
+    finally:
+        runs.ROOT[0] = ROOT
+        sys.path.remove(suites)

@@ -11,8 +11,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from runs import ROOT, finished, process_path, results_root
+from runs import ROOT, finished, process_path, results_root, summary_path
 from suite import REPO, Entry, Suite
+
+RANDOM_TAG = "eval/random_episode_return"  # what Evaluation logs for a uniform random policy on the same episodes
 
 
 def draw_suite(suite: Suite, log: Callable[[str], None]) -> Path | None:
@@ -36,7 +38,10 @@ def draw_suite(suite: Suite, log: Callable[[str], None]) -> Path | None:
     if suite.log_y:
         command.append("--log-y")
     tasks = {e.task for e, _ in done}
-    for task, (low, high) in suite.normalise.items():
+    ranges = dict(suite.normalise)
+    if suite.normalise_from is not None:
+        ranges = random_to_reference(suite, done, log)
+    for task, (low, high) in ranges.items():
         if task in tasks:
             command += ["--normalise", f"{task}={low:g}:{high:g}"]
     subprocess.run(command, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
@@ -46,6 +51,32 @@ def draw_suite(suite: Suite, log: Callable[[str], None]) -> Path | None:
     (docs / "index.md").write_text(_index(docs))
     log(f"{suite.name}: {len(done)} run(s) drawn; page {page}")
     return page
+
+
+def random_to_reference(suite: Suite, done: list[tuple[Entry, int]], log: Callable[[str], None]) -> dict:
+    """Each task's score range for the aggregate: from a uniform random policy's return (the median over the task's
+    runs of the first ``eval/random_episode_return`` their evaluations logged) to the task's first published figure.
+    Empty (and a line saying why) until every entry has every seed finished: rliable's stratified bootstrap needs
+    as many runs on each task."""
+    missing = [f"{e.name} {len([s for x, s in done if x is e])} of {len(e.seeds)}" for e in suite.entries
+               if len([s for x, s in done if x is e]) < len(e.seeds)]  # fmt: skip
+    if missing:
+        log(f"{suite.name}: the aggregate waits for every run ({', '.join(missing)} seeds finished)")
+        return {}
+    ranges = {}
+    for task in dict.fromkeys(e.task for e in suite.entries):
+        entries = [e for e in suite.entries if e.task == task]
+        reference = next((r.value for e in entries for r in e.references), None)
+        randoms = [
+            json.loads(summary_path(suite, e, s).read_text())["scalars"].get(RANDOM_TAG, {}).get("values", [None])[0]
+            for e, s in done
+            if e in entries
+        ]
+        if reference is None or None in randoms:
+            log(f"{suite.name}: no aggregate: {task} has no published figure or a run without {RANDOM_TAG}")
+            return {}
+        ranges[task] = (statistics.median(randoms), reference)
+    return ranges
 
 
 def _index(docs: Path) -> str:
@@ -123,8 +154,7 @@ def _page(suite: Suite, done: list[tuple[Entry, int]], table: dict, figures: Pat
         if references:
             lines += ["", "Published: " + "; ".join(f"{r.label} **{r.value:g}** ({r.source})" for r in references)]
         lines.append("")
-    if (figures / "aggregate.png").is_file():
-        lines += ["## Across tasks", "", f"![aggregate]({suite.name}/aggregate.png)", ""]
+    lines += _aggregate(suite, table, figures)
     lines += _versus_sb3(suite)
     lines += [
         "## Every run",
@@ -134,6 +164,27 @@ def _page(suite: Suite, done: list[tuple[Entry, int]], table: dict, figures: Pat
         "",
     ]
     return "\n".join(lines)
+
+
+def _aggregate(suite: Suite, table: dict, figures: Path) -> list[str]:
+    """The across-tasks section: rliable's IQM of the normalised finals, its interval, and how they were normalised."""
+    rows = table.get("aggregate") or []
+    if not rows or not (figures / "aggregate.png").is_file():
+        return []
+    how = (
+        "each run's final value as (final - random) / (reference - random), random being a uniform random policy's "
+        "return on the same evaluation episodes (the median over the task's runs of the first one their evaluations "
+        "logged) and reference each task's first published figure above"
+        if suite.normalise_from
+        else "each run's final value mapped from the suite file's range per task (low to 0, high to 1)"
+    )
+    lines = ["## Across tasks", "", f"The interquartile mean (rliable) over all runs and tasks of {how}; the "
+             "interval is rliable's stratified bootstrap (runs resampled within each task).", "",
+             f"![aggregate]({suite.name}/aggregate.png)", "", "| algorithm | tasks | runs per task | IQM | 95% CI |",
+             "|---|---|---|---:|---|"]  # fmt: skip
+    lines += [f"| {r['algorithm']} | {len(r['tasks'])} | {r['runs_per_task']} | {r['iqm']:.3f} | "
+              f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] |" for r in rows]  # fmt: skip
+    return [*lines, ""]
 
 
 def _versus_sb3(suite: Suite) -> list[str]:

@@ -78,6 +78,9 @@ class Entry:
         return paths
 
 
+RANDOM_TO_REFERENCE = "random_to_reference"
+
+
 @dataclass(frozen=True)
 class Suite:
     """A suite file, checked."""
@@ -91,6 +94,8 @@ class Suite:
     higher_is_better: bool = True
     log_y: bool = False
     normalise: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: ``random_to_reference``: each task's range from its runs' logged random return to its first published figure
+    normalise_from: str | None = None
 
     def entry(self, name: str) -> Entry:
         for entry in self.entries:
@@ -117,7 +122,14 @@ def load_suite(name: str, path: Path | None = None) -> Suite:
     x = str(raw.get("x", "env steps"))
     if x not in ("env steps", "wall time"):
         raise SuiteError(f"suite {name!r}: x={x!r} must be 'env steps' or 'wall time'")
-    normalise = {str(task): _pair(name, task, bounds) for task, bounds in (raw.get("normalise") or {}).items()}
+    raw_normalise = raw.get("normalise") or {}
+    normalise_from = None
+    if isinstance(raw_normalise, str):
+        if raw_normalise != RANDOM_TO_REFERENCE:
+            raise SuiteError(f"suite {name!r}: normalise={raw_normalise!r} must be {RANDOM_TO_REFERENCE!r} or a "
+                             "mapping of task to [low, high]")  # fmt: skip
+        normalise_from, raw_normalise = raw_normalise, {}
+    normalise = {str(task): _pair(name, task, bounds) for task, bounds in raw_normalise.items()}
     return Suite(
         name=name,
         title=str(_required(name, raw, "title", str)),
@@ -128,6 +140,7 @@ def load_suite(name: str, path: Path | None = None) -> Suite:
         higher_is_better=bool(raw.get("higher_is_better", True)),
         log_y=bool(raw.get("log_y", False)),
         normalise=normalise,
+        normalise_from=normalise_from,
     )
 
 
