@@ -82,6 +82,9 @@ def aggregate(rows: Sequence[Aggregate], metric: str, size: tuple[int, int], ste
             capsize=6,
             linewidth=2,
         )
+    axes.axvline(0.0, color="0.5", linestyle=":", linewidth=1, label="0: the low end of each range (random)")
+    axes.axvline(1.0, color="0.3", linestyle="--", linewidth=1, label="1: the high end (the reference)")
+    axes.legend(loc="best", fontsize="small")
     axes.set_yticks(range(len(rows)), [row.algorithm for row in rows])
     axes.set_ylim(-0.6, len(rows) - 0.4)
     axes.invert_yaxis()
