@@ -14,6 +14,7 @@ from torch._dynamo.utils import counters
 
 from rl_lightning.algos.compiled_step import eligibility
 from rl_lightning.algos.ppo_update import TERM_NAMES
+from rl_lightning.envs import Pendulum
 from tests.helpers import tiny_ppo, trainer
 
 
@@ -61,12 +62,14 @@ def test_a_deep_copy_compiles_its_own_graph():
     assert not torch.equal(loss, twin_loss)
 
 
-def _rollout(rows: int = 32) -> TensorDict:
+def _rollout(rows: int = 32, box: bool = False) -> TensorDict:
+    """A processed rollout: CartPole-shaped, or (``box``) Pendulum-shaped with one continuous action."""
     g = torch.Generator().manual_seed(1)
+    action = torch.randn(rows, 1, generator=g) if box else torch.randint(0, 2, (rows,), generator=g)
     return TensorDict(
         {
-            "obs": torch.randn(rows, 4, generator=g),
-            "action": torch.randint(0, 2, (rows,), generator=g),
+            "obs": torch.randn(rows, 3 if box else 4, generator=g),
+            "action": action,
             "logprob": torch.full((rows,), -0.7),
             "value": torch.randn(rows, generator=g),
             "advantage": torch.randn(rows, generator=g) * 5,
@@ -76,24 +79,27 @@ def _rollout(rows: int = 32) -> TensorDict:
     )
 
 
-def _update(module, optimizer_cls=torch.optim.Adam, **optimizer_kwargs):
+def _update(module, optimizer_cls=torch.optim.Adam, box: bool = False, **optimizer_kwargs):
     """One standalone update (no Trainer: the step runs on torch directly) on a fixed rollout."""
     torch.manual_seed(0)
     module.generator.manual_seed(0)
     optimizer = optimizer_cls(module.parameters(), **{"lr": 1e-2, **optimizer_kwargs})
-    terms = module.update(_rollout(), optimizer)
+    terms = module.update(_rollout(box=box), optimizer)
     return terms, optimizer
 
 
 def test_the_compiled_whole_step_matches_eager_clipping_adam_and_its_state():
     """The whole minibatch step compiled (loss, torch.func gradients, clip, Adam) against eager's loss.backward(),
     clip_grad_norm_ and torch.optim.Adam: the same weights, the same Adam moments and step counts, the same terms
-    (the gradient norm before clipping among them), with the clip biting (max_grad_norm 0.05) and weight decay on."""
-    eager, _ = tiny_ppo(max_grad_norm=0.05, update_epochs=3, num_minibatches=4)
+    (the gradient norm before clipping among them), with the clip biting (max_grad_norm 0.05) and weight decay on, for
+    a Gaussian policy (its state-independent log-std a parameter of the module itself; the fit test above is
+    CartPole's categorical)."""
+    eager, _ = tiny_ppo(Pendulum(), max_grad_norm=0.05, update_epochs=3, num_minibatches=4)
     compiled = copy.deepcopy(eager)
     compiled.hparams.compile_update = True
-    eager_terms, eager_opt = _update(eager, weight_decay=1e-3)
-    compiled_terms, compiled_opt = _update(compiled, weight_decay=1e-3)
+    eager_terms, eager_opt = _update(eager, box=True, weight_decay=1e-3)
+    compiled_terms, compiled_opt = _update(compiled, box=True, weight_decay=1e-3)
+    assert not torch.equal(compiled.log_std, tiny_ppo(Pendulum())[0].log_std)  # the log-std learnt too
     assert compiled.__dict__["_compiled_step_cache"][1] is not None  # the whole step really ran compiled
     assert float(eager_terms["grad_norm"]) > 0.05  # the clip was active
     for name in TERM_NAMES:
