@@ -62,7 +62,7 @@ def test_a_suite_is_fitted_summarised_and_drawn_from_its_logs_and_a_finished_run
         assert process["segments"][0]["exit_code"] == 0
         assert process["wall_s"] > 0
         assert process["cpu_s"] > 0
-        assert 0 < process["segments"][0]["reference_step_ms"] < 100  # the machine's speed, taken before the fit
+        assert 0 < process["segments"][0]["speed_probe_ms"] < 100  # the machine's speed, taken before the fit
         finals[seed] = _events_final(tmp_path / "benchmarks" / "runs" / "tiny" / "ppo_cartpole" / f"seed{seed}")
         assert summary["scalars"]["eval/episode_return"]["values"][-1] == pytest.approx(finals[seed])
     page = (tmp_path / "docs" / "benchmarks" / "tiny.md").read_text()
@@ -75,7 +75,7 @@ def test_a_suite_is_fitted_summarised_and_drawn_from_its_logs_and_a_finished_run
     assert f"{figure(finals[0])}, {figure(finals[1])}" in page  # the final values, seed by seed, are the events'
     assert "paper **490** (somewhere)" in page
     assert "2 of 2 seeds" in page
-    probes = sorted(json.loads((results / f"seed{s}.process.json").read_text())["segments"][0]["reference_step_ms"]
+    probes = sorted(json.loads((results / f"seed{s}.process.json").read_text())["segments"][0]["speed_probe_ms"]
                     for s in (0, 1))  # fmt: skip
     assert f"lower is faster): {probes[0]:.2f}" in page
     pngs = list((tmp_path / "docs" / "benchmarks" / "tiny").glob("*.png"))

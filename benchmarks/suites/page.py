@@ -215,12 +215,12 @@ def _dates(ended: list[str]) -> str:
 def _speed(processes: list[dict]) -> str:
     """The machine's reference step (``speed_probe.py``) before the fits: the same code on a box k times slower takes
     k times longer, so wall times on one page compare only where these agree."""
-    probes = [seg["reference_step_ms"] for p in processes for seg in p["segments"] if "reference_step_ms" in seg]
+    probes = [seg["speed_probe_ms"] for p in processes for seg in p["segments"] if "speed_probe_ms" in seg]
     if not probes:
         return ""
-    unrecorded = sum("reference_step_ms" not in seg for p in processes for seg in p["segments"])
+    unrecorded = sum("speed_probe_ms" not in seg for p in processes for seg in p["segments"])
     spread = f"{min(probes):.2f}" if min(probes) == max(probes) else f"{min(probes):.2f} to {max(probes):.2f}"
-    text = (f"Machine speed before the fits (benchmarks/suites/speed_probe.py: ms per eager 64x64-MLP optimiser step, "
+    text = (f"Machine speed before the fits (benchmarks/suites/speed_probe.py: ms per eager 64x64-MLP gradient step, "
             f"lower is faster): {spread}")  # fmt: skip
     return text + (f"; not recorded for {unrecorded} earlier fits." if unrecorded else ".")
 

@@ -170,7 +170,7 @@ def fit(suite: Suite, entry: Entry, seed: int, log) -> bool:
             "cpu_tree_s": tree_cpu,  # every process of the fit, actors included (tree_cpu.py); rusage misses those
             "ended": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # 1-minute, at start and end
-            "reference_step_ms": probe_ms,
+            "speed_probe_ms": probe_ms,
         }
     )
     record.update(
