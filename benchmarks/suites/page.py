@@ -58,8 +58,9 @@ def random_to_reference(suite: Suite, done: list[tuple[Entry, int]], log: Callab
     runs of the first ``eval/random_episode_return`` their evaluations logged) to the task's first published figure.
     Empty (and a line saying why) until every entry has every seed finished: rliable's stratified bootstrap needs
     as many runs on each task."""
-    missing = [f"{e.name} {len([s for x, s in done if x is e])} of {len(e.seeds)}" for e in suite.entries
-               if len([s for x, s in done if x is e]) < len(e.seeds)]  # fmt: skip
+    finished_seeds = {e.name: sum(x is e for x, _ in done) for e in suite.entries}
+    missing = [f"{e.name} {finished_seeds[e.name]} of {len(e.seeds)}" for e in suite.entries
+               if finished_seeds[e.name] < len(e.seeds)]  # fmt: skip
     if missing:
         log(f"{suite.name}: the aggregate waits for every run ({', '.join(missing)} seeds finished)")
         return {}
