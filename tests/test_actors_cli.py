@@ -17,6 +17,9 @@ from rl_lightning.processes.child_processes import pid_alive
 from tests.cli_process import CliRun
 from tests.cli_subprocess import ERROR_PREFIX, run_cli
 
+# The heavy tier (actor processes killed and replaced mid-fit): not in the default run; CI runs it as a step of its own.
+pytestmark = pytest.mark.heavy
+
 ROOT = Path(__file__).resolve().parents[1]
 ROLLOUT = 4 * 16
 

@@ -35,6 +35,9 @@ from rl_lightning.envs.games import OpenSpielEnv  # noqa: E402
 from rl_lightning.errors import ConfigError  # noqa: E402
 from tests.cli_subprocess import ERROR_PREFIX, ROOT, run_cli  # noqa: E402
 
+# The heavy tier (numba and torch.compile builds): not in the default run; CI runs it as a step of its own.
+pytestmark = pytest.mark.heavy
+
 GAMES = ["connect_four", "tic_tac_toe", "connect_four(rows=5,columns=6,x_in_row=3)"]
 
 

@@ -17,6 +17,9 @@ from tests.cli_subprocess import error_line, run_cli
 from tests.fault_envs import FaultyCartPole
 from tests.helpers import tiny_ppo, tiny_spo, trainer
 
+# The heavy tier (torch.compile builds): not in the default run; CI runs it as a step of its own.
+pytestmark = pytest.mark.heavy
+
 _MULTI = EnvSpec(name="Bandit", obs_shape=(3,), discrete=False, action_shape=(2,), action_nvec=(2, 3))
 
 

@@ -10,6 +10,9 @@ import pytest
 
 from tests.cli_subprocess import run_python
 
+# The heavy tier (two DDP ranks per test): not in the default run; CI runs it as a step of its own.
+pytestmark = pytest.mark.heavy
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -14,9 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.warning_lines import warning_lines
+
+# The heavy tier (two nodes' fits): not in the default run; CI runs it as a step of its own.
+pytestmark = pytest.mark.heavy
 
 ROOT = Path(__file__).resolve().parents[1]
 NUM_ENVS, NUM_STEPS, UPDATES, NODES = 8, 8, 3, 2

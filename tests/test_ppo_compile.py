@@ -17,6 +17,9 @@ from rl_lightning.algos.ppo_update import TERM_NAMES
 from rl_lightning.envs import Pendulum
 from tests.helpers import tiny_ppo, trainer
 
+# The heavy tier (torch.compile builds): not in the default run; CI runs it as a step of its own.
+pytestmark = pytest.mark.heavy
+
 
 def _fit(tmp_path, compile_update: bool, updates: int = 4):
     pl.seed_everything(0)

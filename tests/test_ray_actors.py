@@ -37,6 +37,9 @@ from rl_lightning.data.actors.ray_checks import (  # noqa: E402 - needs Ray
 )
 from rl_lightning.data.actors.ray_pool import RayActorPool  # noqa: E402
 
+# The heavy tier (a Ray instance per test): not in the default run; CI runs it as a step of its own.
+pytestmark = pytest.mark.heavy
+
 SETTINGS = PoolSettings(1, 4, 16, 1, 3, 60.0, 100)
 
 

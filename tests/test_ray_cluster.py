@@ -23,6 +23,9 @@ ray = pytest.importorskip("ray")
 
 from rl_lightning.data.actors.ray_checks import init_ray  # noqa: E402 - needs Ray
 
+# The heavy tier (Ray clusters of several nodes): not in the default run; CI runs it as a step of its own.
+pytestmark = pytest.mark.heavy
+
 ON_RAY = ["--data.init_args.actor_backend", "ray"]
 
 

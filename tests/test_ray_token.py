@@ -20,6 +20,9 @@ import torch
 
 from tests.cli_subprocess import ERROR_PREFIX, run_cli
 
+# The heavy tier (a Ray instance per test): not in the default run; CI runs it as a step of its own.
+pytestmark = pytest.mark.heavy
+
 ray = pytest.importorskip("ray")
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,6 +24,9 @@ import torch
 from tests.cli_process import CliRun
 from tests.cli_subprocess import run_cli
 
+# The heavy tier (a fit signalled in each phase): not in the default run; CI runs it as a step of its own.
+pytestmark = pytest.mark.heavy
+
 ROOT = Path(__file__).resolve().parents[1]
 DEADLINE_S = 10.0  # SIGTERM to the one-line message (checkpoint written); a scheduler leaves ~30 s before SIGKILL
 START_TIMEOUT_S = 240.0  # to reach the phase under test (parallel runs on a loaded 2-core machine)

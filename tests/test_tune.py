@@ -13,6 +13,9 @@ from tests.cli_subprocess import run_cli
 optuna = pytest.importorskip("optuna")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
+# The heavy tier (whole tune studies): not in the default run; CI runs it as a step of its own.
+pytestmark = pytest.mark.heavy
+
 # Tiny budgets: 4 updates of 64 env steps, evaluated every 128 env steps on 2 episodes.
 FAST = [
     "--data.init_args.num_envs", "4", "--data.init_args.num_steps", "16", "--data.init_args.total_env_steps", "512",

@@ -16,6 +16,9 @@ from rl_lightning.processes.child_processes import pid_alive
 from tests.cli_subprocess import ROOT
 from tests.test_actors_cli import _descendants, _gone
 
+# The heavy tier (tune studies with worker processes): not in the default run; CI runs it as a step of its own.
+pytestmark = pytest.mark.heavy
+
 optuna = pytest.importorskip("optuna")
 
 FAST = [
